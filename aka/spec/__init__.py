@@ -1,0 +1,55 @@
+"""aka.spec: problem and candidate contracts and their loaders; reads code with ``ast``, runs none."""
+
+from aka.spec.expr import evaluate_quantity
+from aka.spec.loader import detect_format, load_problem, parse_op_yaml_text
+from aka.spec.problem import (
+    CodeRef,
+    DtypePolicySpec,
+    OpYamlSpec,
+    ProblemSpec,
+    RooflineOverrideSpec,
+    ShapeCase,
+    ShapesRef,
+    ToleranceSpec,
+)
+from aka.spec.pysource import Signature, SourceFacts, read_source_facts
+from aka.spec.schema import op_yaml_json_schema
+from aka.spec.vocab import (
+    Arch,
+    ComputeUnit,
+    DType,
+    Dsl,
+    OpFamily,
+    Phase,
+    ProblemFormat,
+    Split,
+    Vendor,
+)
+
+__all__ = [
+    "Arch",
+    "CodeRef",
+    "ComputeUnit",
+    "DType",
+    "Dsl",
+    "DtypePolicySpec",
+    "OpFamily",
+    "OpYamlSpec",
+    "Phase",
+    "ProblemFormat",
+    "ProblemSpec",
+    "RooflineOverrideSpec",
+    "ShapeCase",
+    "ShapesRef",
+    "Signature",
+    "SourceFacts",
+    "Split",
+    "ToleranceSpec",
+    "Vendor",
+    "detect_format",
+    "evaluate_quantity",
+    "load_problem",
+    "op_yaml_json_schema",
+    "parse_op_yaml_text",
+    "read_source_facts",
+]
