@@ -1,4 +1,4 @@
-"""aka.core: errors, settings, logging and progress events; the bottom layer (imports nothing heavy)."""
+"""aka.core: errors, settings, logging, progress events; the bottom layer (nothing heavy)."""
 
 from aka.core.config import (
     OFFLINE_ENV_DEFAULTS,

@@ -38,8 +38,8 @@ __all__ = [
     "load_settings",
 ]
 
-#: Variables that keep the libraries from reaching the network (ENVIRONMENT.md). ``TRITON_INTERPRET``
-#: is deliberately absent: it is set only inside CPU scorer workers.
+#: Variables that keep the libraries from reaching the network (ENVIRONMENT.md).
+#: ``TRITON_INTERPRET`` is deliberately absent: it is set only inside CPU scorer workers.
 OFFLINE_ENV_DEFAULTS: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -201,7 +201,9 @@ def _resolve_profile(path_or_name: str | Path) -> Path:
     if candidate.suffix in (".yaml", ".yml") or candidate.parent != Path("."):
         resolved = candidate
     else:
-        resolved = PathsConfig().configs_dir / f"{candidate}.yaml"
+        root = os.environ.get("AKA_PATHS__ROOT")
+        configs = Path(root) / "configs" if root else PathsConfig().configs_dir
+        resolved = configs / f"{candidate}.yaml"
     if not resolved.is_file():
         raise ConfigError(
             f"settings profile '{path_or_name}' not found (looked at {resolved}); pass a YAML "

@@ -11,7 +11,8 @@ itself, or of the input a person gave it, raise::
       SpecError(ValueError)        invalid op.yaml, front matter, or shapes
       NotFoundError                job / doc / kernel id unknown
       HardwareError -> UnsupportedHardwareError
-      BenchError    -> SandboxError (harness died, not the candidate), BaselineError (reference itself fails)
+      BenchError    -> SandboxError (harness died, not the candidate),
+                       BaselineError (reference itself fails)
       KBError       -> IndexNotBuiltError
       AgentError    -> LLMError (provider failed after retries)
 """

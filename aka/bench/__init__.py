@@ -1,0 +1,42 @@
+"""aka.bench: the embedded scorer (screen, sandboxed workers, correctness, timing, score).
+
+Never calls an LLM and never imports ``aka.kb``.
+"""
+
+from aka.bench.correctness import TOLERANCES, CheckOutcome, Tolerance, compare_outputs, tolerance_for
+from aka.bench.pipeline import Scorer
+from aka.bench.result import (
+    Bound,
+    EvalResult,
+    Failure,
+    LatencyStats,
+    Manifest,
+    ScreenFinding,
+    ShapeResult,
+    Verdict,
+)
+from aka.bench.screen import ScreenReport, screen_source
+from aka.bench.stats import geomean, iqr, latency_stats, median
+
+__all__ = [
+    "TOLERANCES",
+    "Bound",
+    "CheckOutcome",
+    "EvalResult",
+    "Failure",
+    "LatencyStats",
+    "Manifest",
+    "Scorer",
+    "ScreenFinding",
+    "ScreenReport",
+    "ShapeResult",
+    "Tolerance",
+    "Verdict",
+    "compare_outputs",
+    "geomean",
+    "iqr",
+    "latency_stats",
+    "median",
+    "screen_source",
+    "tolerance_for",
+]

@@ -1,0 +1,261 @@
+"""The sandbox: start one scorer worker process, feed it a task, collect what it leaves behind.
+
+Owns process hygiene (ARCHITECTURE.md §4): a fresh process per task, its own process group, a fresh
+temp directory as cwd and HOME, stdin closed, an environment built from an allow-list (no secrets),
+one visible GPU, rlimits on CPU time, file size and open files, and a group kill on timeout. The
+worker itself drops into a new network namespace where the OS allows it. Must not interpret
+results: the pipeline decides verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aka.core import OFFLINE_ENV_DEFAULTS, BenchConfig, SandboxError
+
+__all__ = ["WorkerHandle", "WorkerOutcome", "build_worker_env", "start_worker"]
+
+logger = logging.getLogger(__name__)
+
+#: Variables a worker may inherit. Everything else (keys, tokens, AKA_* credentials) stays out.
+_ENV_ALLOW = (
+    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "CC", "CXX", "OMP_NUM_THREADS",
+)
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+_POLL_S = 0.02
+
+
+def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -> dict[str, str]:
+    """Build a worker's environment from the allow-list.
+
+    Args:
+        workdir: The worker's fresh directory (becomes HOME and TMPDIR).
+        interpret: Set ``TRITON_INTERPRET=1`` (CPU workers only).
+        gpu_index: The one GPU the worker may see, or None to keep the parent's view.
+    """
+    env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    env = {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
+    env.update(OFFLINE_ENV_DEFAULTS)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env.update({
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "PYTHONPATH": package_parent,
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TRITON_CACHE_DIR": str(workdir / ".triton"),
+    })
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif gpu_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    return env
+
+
+def _limits(config: BenchConfig) -> Callable[[], None]:
+    cpu_s, fsize, nofile = config.cpu_time_limit_s, config.file_size_limit_mb << 20, config.open_files_limit
+    as_bytes = int(config.address_space_limit_gb * (1 << 30)) if config.address_space_limit_gb else None
+
+    def apply() -> None:  # runs in the child between fork and exec: no logging, no locks
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if as_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+
+    return apply
+
+
+@dataclass
+class WorkerOutcome:
+    """What a finished worker left: exit status, its result file, its events and its log."""
+
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    result: dict[str, Any] | None
+    events: list[dict[str, Any]]
+    log_tail: str
+    workdir: Path
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the worker, if one did."""
+        return -self.returncode if self.returncode is not None and self.returncode < 0 else None
+
+    @property
+    def last_stage(self) -> str | None:
+        """The last stage the worker announced before it ended."""
+        stages = [e["stage"] for e in self.events if "stage" in e]
+        return stages[-1] if stages else None
+
+
+@dataclass
+class WorkerHandle:
+    """A running worker: the parent may talk to it through files while it runs."""
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    started: float
+    timeout_s: float
+    on_event: Callable[[dict[str, Any]], None] | None
+    _events: list[dict[str, Any]] = field(default_factory=list)
+    _offset: int = 0
+
+    def _read_events(self) -> None:
+        path = self.workdir / "events.jsonl"
+        if not path.exists():
+            return
+        with path.open("rb") as fh:
+            fh.seek(self._offset)
+            chunk = fh.read()
+        complete, _, _ = chunk.rpartition(b"\n")
+        if not complete:
+            return
+        self._offset += len(complete) + 1
+        for line in complete.split(b"\n"):
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a candidate scribbling into the file is not the harness's problem
+            if isinstance(event, dict):
+                self._events.append(event)
+                if self.on_event is not None:
+                    self.on_event(event)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Events read from the worker so far."""
+        return list(self._events)
+
+    def wait_for_stage(self, stage: str) -> bool:
+        """Block until the worker announces ``stage`` (True) or exits or times out (False)."""
+        while True:
+            self._read_events()
+            if any(e.get("stage") == stage for e in self._events):
+                return True
+            if self.proc.poll() is not None or self._expired():
+                return False
+            time.sleep(_POLL_S)
+
+    def send(self, name: str, payload: dict[str, Any]) -> None:
+        """Hand the worker a JSON message (it polls for the file)."""
+        tmp = self.workdir / f".{name}.tmp"
+        tmp.write_text(json.dumps(payload))
+        tmp.rename(self.workdir / name)
+
+    def _expired(self) -> bool:
+        return time.monotonic() - self.started > self.timeout_s
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self) -> WorkerOutcome:
+        """Wait for the worker to exit (killing its group on timeout) and collect its outcome."""
+        timed_out = False
+        while self.proc.poll() is None:
+            self._read_events()
+            if self._expired():
+                timed_out = True
+                self._kill_group()
+                self.proc.wait()
+                break
+            time.sleep(_POLL_S)
+        self._kill_group()  # stray children of the candidate die with the group
+        self._read_events()
+        return WorkerOutcome(
+            returncode=self.proc.returncode,
+            timed_out=timed_out,
+            wall_s=time.monotonic() - self.started,
+            result=_read_result(self.workdir / "result.json"),
+            events=list(self._events),
+            log_tail=_tail(self.workdir / "worker.log"),
+            workdir=self.workdir,
+        )
+
+    def cleanup(self) -> None:
+        """Kill anything left and remove the worker's directory."""
+        if self.proc.poll() is None:
+            self._kill_group()
+            self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tail(path: Path, max_chars: int = 4000) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - max_chars))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def start_worker(task: dict[str, Any], files: dict[str, str], *, config: BenchConfig, interpret: bool,
+                 gpu_index: int | None, timeout_s: float,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> WorkerHandle:
+    """Start a worker on ``task`` in a fresh sandbox directory.
+
+    Args:
+        task: The JSON task (role, problem, shapes, seeds...).
+        files: File name -> text to place in the worker's directory (candidate, reference).
+        config: Bench settings (rlimits).
+        interpret: Run Triton's interpreter on the CPU.
+        gpu_index: The GPU to expose.
+        timeout_s: Wall-clock limit; the group is killed after it.
+        on_event: Called with each event the worker writes.
+
+    Raises:
+        SandboxError: The process could not be started.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="aka-worker-"))
+    for name, text in files.items():
+        (workdir / name).write_text(text)
+    (workdir / "task.json").write_text(json.dumps(task))
+    log = (workdir / "worker.log").open("wb")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aka.bench._worker_main", str(workdir)],
+            cwd=workdir,
+            env=build_worker_env(workdir, interpret=interpret, gpu_index=gpu_index),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_limits(config),  # noqa: PLW1509 - rlimits must be set in the child
+        )
+    except OSError as err:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise SandboxError(f"cannot start a scorer worker with {sys.executable}: {err}") from err
+    finally:
+        log.close()
+    return WorkerHandle(proc=proc, workdir=workdir, started=time.monotonic(), timeout_s=timeout_s,
+                        on_event=on_event)

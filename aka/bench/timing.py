@@ -1,0 +1,44 @@
+"""Stage 5's judgement, in the parent: turn a worker's raw samples into times and flags.
+
+Owns the ``timing_mismatch`` rule (ARCHITECTURE.md §4 stage 5): a device-wide window longer than the
+stream window by more than the empty call's gap + max(5 us, 10% of T) means work escaped the
+launching stream (a side stream, deferred work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aka.bench.result import LatencyStats
+from aka.bench.stats import latency_stats, median
+
+__all__ = ["WindowVerdict", "judge_windows"]
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    """Statistics of one timed callable and whether its two windows disagree."""
+
+    stream: LatencyStats
+    device: LatencyStats
+    gap_us: float
+    allowed_gap_us: float
+    mismatch: bool
+
+
+def judge_windows(stream_us: list[float], device_us: list[float], *, empty_gap_us: float,
+                  abs_us: float, rel: float) -> WindowVerdict:
+    """Compute stream/device-window statistics and apply the mismatch rule.
+
+    Args:
+        stream_us: Per-sample stream windows.
+        device_us: Per-sample device-wide windows (same samples).
+        empty_gap_us: Median (device - stream) of the empty kernel, measured the same way.
+        abs_us: The absolute allowance (5 us by default).
+        rel: The relative allowance (10% of T by default).
+    """
+    stream, device = latency_stats(stream_us), latency_stats(device_us)
+    gap = median([d - s for s, d in zip(stream_us, device_us, strict=True)])
+    allowed = empty_gap_us + max(abs_us, rel * stream.median)
+    return WindowVerdict(stream=stream, device=device, gap_us=gap, allowed_gap_us=allowed,
+                         mismatch=gap > allowed)

@@ -1,0 +1,300 @@
+"""The scorer's worker process (started as ``python -m aka.bench._worker_main WORKDIR``).
+
+Runs untrusted code, so it only produces raw facts (output tensors, samples, stage markers) into
+its directory; the parent decides every verdict. Two roles: ``reference`` (reference outputs and
+roofline costs) and ``candidate`` (baselines built and fingerprinted first, then the candidate
+imported, run for correctness, and, once the parent says so, timed). Must not import anything the
+parent would need to trust afterwards; it never sees reference outputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from aka.bench.problem_runtime import (
+    BadStructure,
+    ProblemRuntime,
+    clone_inputs,
+    flatten_outputs,
+    load_module,
+    named_inputs,
+)
+
+__all__ = ["main"]
+
+_CLONE_NEWNET = 0x40000000
+_GO_FILE = "go.json"
+
+
+class WorkerFailure(Exception):
+    """A failure with a verdict kind attached (the parent maps ``kind`` to a Verdict)."""
+
+    def __init__(self, kind: str, message: str, stage: str, shape_id: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.stage, self.shape_id = kind, stage, shape_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": str(self), "stage": self.stage, "shape_id": self.shape_id,
+                "traceback": traceback.format_exc(limit=12)}
+
+
+class EventLog:
+    """Append-only JSON lines the parent tails for progress and stage markers."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = path.open("a", buffering=1)
+        self.stage = "started"
+
+    def emit(self, stage: str, **data: Any) -> None:
+        self.stage = stage
+        self._fh.write(json.dumps({"stage": stage, "t": time.time(), **data}) + "\n")
+        self._fh.flush()
+
+
+def _isolate_network() -> bool:
+    """Enter a new, empty network namespace (needs CAP_SYS_ADMIN; False where refused)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.unshare(_CLONE_NEWNET) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _classify(err: BaseException, stage: str) -> str:
+    import torch
+
+    name = type(err).__name__
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        return "oom"
+    if isinstance(err, BadStructure):
+        return "bad_structure"
+    if stage == "compile" or "CompilationError" in name or isinstance(err, SyntaxError | ImportError):
+        return "compile_error"
+    return "runtime_error"
+
+
+def _save(path: Path, structure: dict[str, Any], tensors: dict[str, Any], extra: dict[str, Any]) -> None:
+    import torch
+
+    torch.save({"structure": structure,
+                "tensors": {k: t.detach().to("cpu").clone() for k, t in tensors.items()},
+                "extra": {k: t.detach().to("cpu").clone() for k, t in extra.items()}}, path)
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    out = {"python": sys.version.split()[0], "torch": torch.__version__}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if torch.version.cuda:
+        out["cuda"] = str(torch.version.cuda)
+    return out
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Equal shape, dtype and values (NaN equal to NaN)."""
+    import torch
+
+    if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        a32, b32 = a.float(), b.float()
+        return bool(((a32 == b32) | (a32.isnan() & b32.isnan())).all())
+    return bool(torch.equal(a, b))
+
+
+def _run_one(model: Any, rt: ProblemRuntime, shape: dict[str, Any], seed: int,
+             in_place: list[str], poison_bytes: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
+    """Call ``model`` once on fresh inputs; return structure, outputs, in-place inputs, mutated names."""
+    import torch
+
+    args, kwargs = rt.make_inputs(shape, seed)
+    pristine = named_inputs(*clone_inputs(args, kwargs), rt.problem["forward_params"])
+    if poison_bytes:
+        # Fill freed allocator memory with 0xFF (NaN in every float format), so an output that is
+        # never written shows up as NaN instead of whatever an earlier call left there.
+        poison = torch.full((poison_bytes,), 255, dtype=torch.uint8, device=rt.device)
+        del poison
+    with torch.no_grad():
+        out = model(*args, **kwargs)
+    if rt.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    structure, tensors = flatten_outputs(out)
+    live = named_inputs(args, kwargs, rt.problem["forward_params"])
+    mutated, inplace = [], {}
+    for name, before in pristine.items():
+        if not isinstance(before, torch.Tensor):
+            continue
+        if name in in_place:
+            inplace[name] = live[name]
+        elif not _same_tensor(before, live[name]):
+            mutated.append(name)
+    structure["devices"] = {k: t.device.type for k, t in tensors.items()}
+    return structure, tensors, inplace, mutated
+
+
+def run_reference(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path) -> dict[str, Any]:
+    """Compute reference outputs for every shape and seed, and the roofline costs per shape."""
+    rows = []
+    for i, shape in enumerate(task["shapes"]):
+        ev.emit("reference", shape_id=shape["id"], done=i, total=len(task["shapes"]))
+        files, costs = {}, None
+        for seed in task["seeds"]:
+            model = rt.build_model(rt.reference.Model, shape, seed)
+            structure, tensors, inplace, _ = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
+            path = workdir / f"ref_{i}_{seed}.pt"
+            _save(path, structure, tensors, inplace)
+            files[str(seed)] = path.name
+        if task.get("count_costs"):
+            costs = _count_costs(rt, shape, task)
+        args, kwargs = rt.make_inputs(shape, task["seeds"][0])
+        lengths = [int(v.shape[-1]) for v in [*args, *kwargs.values()] if hasattr(v, "shape") and len(v.shape)]
+        rows.append({"shape_id": shape["id"], "files": files, "costs": costs,
+                     "reduction_len": max(lengths, default=0),
+                     "weights": sorted(model.state_dict().keys()) if hasattr(model, "state_dict") else []})
+    return {"ok": True, "shapes": rows, "versions": _versions()}
+
+
+def _describe_device() -> dict[str, Any] | None:
+    from aka.hardware import detect_device
+
+    info = detect_device()
+    return None if info is None else dict(info.model_dump(mode="json"))
+
+
+def _count_costs(rt: ProblemRuntime, shape: dict[str, Any], task: dict[str, Any]) -> dict[str, Any] | None:
+    from aka.hardware import count_costs
+
+    seed = task["seeds"][0]
+    model = rt.build_model(rt.reference.Model, shape, seed)
+    args, kwargs = rt.make_inputs(shape, seed)
+    inputs: Any = named_inputs(args, kwargs, rt.problem["forward_params"]) if args else kwargs
+    counts = count_costs(model, inputs, allow_tf32=bool(task["problem"]["dtype_policy"]["allow_tf32"]))
+    return dict(counts.model_dump(mode="json"))
+
+
+def _load_weights(candidate: Any, reference: Any) -> str:
+    """Give the candidate the reference's weights when their state_dict keys and shapes match."""
+    if not (hasattr(candidate, "state_dict") and hasattr(reference, "state_dict")):
+        return "seeded"
+    ref_sd, cand_sd = reference.state_dict(), candidate.state_dict()
+    if not ref_sd:
+        return "none"
+    same = ref_sd.keys() == cand_sd.keys() and all(ref_sd[k].shape == cand_sd[k].shape for k in ref_sd)
+    if same:
+        candidate.load_state_dict(ref_sd, strict=True)
+        return "loaded"
+    return "seeded"
+
+
+def run_candidate(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path) -> dict[str, Any]:
+    """Build baselines, import the candidate, check it on every shape and seed, then time it."""
+    timing = task.get("timing") or {}
+    from aka.bench.worker_timing import TimingSession  # CUDA-only helpers, imported lazily
+
+    session = TimingSession(rt, task, ev) if timing.get("enabled") else None
+    if session is not None:
+        session.build_baselines()
+    ev.emit("compile")
+    try:
+        module = load_module("candidate", workdir / task["candidate_file"])
+        cls = getattr(module, task["entry_class"])
+    except BaseException as err:  # a candidate's import failing is its verdict, not ours
+        raise WorkerFailure(_classify(err, "compile"), f"{type(err).__name__}: {err}", "compile") from err
+    if session is not None:
+        session.check_fingerprints("after import")
+    rows, weights_mode = [], None
+    for i, shape in enumerate(task["shapes"]):
+        ev.emit("correctness", shape_id=shape["id"], done=i, total=len(task["shapes"]))
+        files, mutated_all = {}, set()
+        for seed in task["seeds"]:
+            stage = "compile" if (i == 0 and seed == task["seeds"][0]) else "correctness"
+            try:
+                model = rt.build_model(cls, shape, seed)
+                weights_mode = _load_weights(model, rt.build_model(rt.reference.Model, shape, seed))
+                structure, tensors, inplace, mutated = _run_one(
+                    model, rt, shape, seed, task["problem"]["in_place"], task["poison_bytes"].get(shape["id"], 0))
+            except BaseException as err:
+                raise WorkerFailure(_classify(err, stage), f"{type(err).__name__}: {err}", stage,
+                                    shape["id"]) from err
+            path = workdir / f"cand_{i}_{seed}.pt"
+            _save(path, structure, tensors, inplace)
+            files[str(seed)] = path.name
+            mutated_all.update(mutated)
+        rows.append({"shape_id": shape["id"], "files": files, "mutated": sorted(mutated_all)})
+    ev.emit("correctness_done", shapes=rows)
+    result: dict[str, Any] = {"ok": True, "shapes": rows, "weights_mode": weights_mode,
+                              "versions": _versions()}
+    if session is not None:
+        result["timing"] = session.time_if_asked(cls, workdir, _wait_for_go(workdir, ev))
+    return result
+
+
+def _wait_for_go(workdir: Path, ev: EventLog, timeout_s: float = 600.0) -> dict[str, Any]:
+    ev.emit("awaiting_go")
+    deadline = time.monotonic() + timeout_s
+    path = workdir / _GO_FILE
+    while time.monotonic() < deadline:
+        if path.exists():
+            return dict(json.loads(path.read_text()))
+        time.sleep(0.01)
+    return {"time": False, "reason": "parent never answered"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the task in ``argv[1]``'s directory and write ``result.json`` there."""
+    argv = sys.argv if argv is None else argv
+    workdir = Path(argv[1]).resolve()
+    os.chdir(workdir)
+    ev = EventLog(workdir / "events.jsonl")
+    task = json.loads((workdir / "task.json").read_text())
+    isolated = _isolate_network()
+    ev.emit("started", network_isolated=isolated, pid=os.getpid())
+    result: dict[str, Any]
+    try:
+        if task["role"] == "ceilings":
+            return _finish(workdir, ev, _measure_ceilings(), isolated)
+        rt = ProblemRuntime.load(task["problem"], workdir, task["device"])
+        ev.emit("setup")
+        roles = {"reference": run_reference, "candidate": run_candidate}
+        result = roles[task["role"]](task, rt, ev, workdir)
+        if task.get("describe_device"):
+            result["device"] = _describe_device()
+    except WorkerFailure as failure:
+        result = {"ok": False, "error": failure.to_json()}
+    except BaseException as err:  # noqa: BLE001 - the worker's boundary: everything becomes data
+        kind = "baseline" if task["role"] == "reference" else _classify(err, ev.stage)
+        result = {"ok": False, "error": {"kind": kind, "message": f"{type(err).__name__}: {err}",
+                                         "stage": ev.stage, "traceback": traceback.format_exc(limit=12)}}
+    return _finish(workdir, ev, result, isolated)
+
+
+def _finish(workdir: Path, ev: EventLog, result: dict[str, Any], isolated: bool) -> int:
+    result["network_isolated"] = isolated
+    tmp = workdir / ".result.tmp"
+    tmp.write_text(json.dumps(result))
+    tmp.rename(workdir / "result.json")
+    ev.emit("done")
+    return 0
+
+
+def _measure_ceilings() -> dict[str, Any]:
+    from aka.hardware import detect_device, measure_ceilings
+
+    info = detect_device()
+    if info is None:
+        return {"ok": False, "error": {"kind": "harness", "message": "no CUDA device in the worker"}}
+    return {"ok": True, "ceilings": measure_ceilings(info).model_dump(mode="json")}
+

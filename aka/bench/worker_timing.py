@@ -1,0 +1,171 @@
+"""Inside a candidate worker on a GPU: baselines, fingerprints and the timed samples.
+
+Owns the worker side of ARCHITECTURE.md §4 stage 5: baselines (eager, torch.compile) are built,
+warmed and fingerprinted *before* the candidate is imported and checked again afterwards; every
+sample is one call between events on the launching stream after an L2 flush, plus a device-wide
+window; input sets rotate at distinct addresses. Baselines run on inputs of their own seed, so
+memory they free never holds a correct answer for the candidate's inputs. Returns raw samples
+only; statistics and verdicts are the parent's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from aka.bench.problem_runtime import ProblemRuntime, flatten_outputs
+
+__all__ = ["TimingSession"]
+
+_BASELINE_SEED = 1_000_003
+
+
+def _identity(obj: Any) -> str:
+    code = getattr(obj, "__code__", None)
+    return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
+
+
+def _read_clocks() -> dict[str, Any]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    parts = [p.strip() for p in out.stdout.strip().split(",")]
+    keys = ("sm_mhz", "mem_mhz", "temp_c", "power_w")
+    return dict(zip(keys, parts, strict=False)) if len(parts) == len(keys) else {}
+
+
+class TimingSession:
+    """Baselines and timing for one candidate worker."""
+
+    def __init__(self, rt: ProblemRuntime, task: dict[str, Any], ev: Any) -> None:
+        import torch
+
+        from aka.hardware import empty_kernel_fn, make_l2_flusher
+
+        self.rt, self.task, self.ev = rt, task, ev
+        self.cfg: dict[str, Any] = task["timing"]
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.flush = make_l2_flusher(int(props.L2_cache_size), self.cfg["l2_flush_factor"])
+        self.empty = empty_kernel_fn()
+        self.baselines: dict[str, dict[str, Any]] = {}
+        self.baseline_errors: dict[str, str] = {}
+        self.fingerprints: dict[str, str] = {}
+        self.launch_floor: dict[str, list[float]] = {}
+        self.clocks_before: dict[str, Any] = _read_clocks()
+
+    def _sample(self, fn: Any) -> dict[str, list[float]]:
+        from aka.hardware import sample_windows
+
+        got = sample_windows(fn, n_samples=self.cfg["max_samples"], flush=self.flush,
+                             warmup_s=self.cfg["warmup_ms"] / 1000.0, budget_s=self.cfg["sample_budget_s"],
+                             min_samples=self.cfg["min_samples"])
+        return {"stream_us": list(got.stream_us), "device_us": list(got.device_us)}
+
+    def _input_sets(self, shape: dict[str, Any], seeds: list[int]) -> list[tuple[list[Any], dict[str, Any]]]:
+        return [self.rt.make_inputs(shape, seeds[k % len(seeds)]) for k in range(self.cfg["rotating_sets"])]
+
+    def build_baselines(self) -> None:
+        """Build and warm the baselines, time the launch floor, record fingerprints."""
+        import torch
+
+        self.ev.emit("baselines")
+        for shape in self.task["shapes"]:
+            eager = self.rt.build_model(self.rt.reference.Model, shape, self.task["seeds"][0])
+            sets = self._input_sets(shape, [_BASELINE_SEED + k for k in range(self.cfg["rotating_sets"])])
+            entry: dict[str, Any] = {"sets": sets, "eager": eager}
+            if "torch_compile" in self.cfg["baselines"] and shape["id"] not in self.cfg["skip_compile"]:
+                try:
+                    compiled = torch.compile(eager)
+                    with torch.no_grad():
+                        compiled(*sets[0][0], **sets[0][1])
+                    entry["torch_compile"] = compiled
+                except Exception as err:  # noqa: BLE001 - a baseline failing is recorded, not fatal
+                    self.baseline_errors[f"{shape['id']}/torch_compile"] = f"{type(err).__name__}: {err}"
+            self.baselines[shape["id"]] = entry
+        torch.cuda.synchronize()
+        self.launch_floor = self._sample(lambda i: self.empty(i))
+        self.fingerprints = self._fingerprint()
+
+    def _fingerprint(self) -> dict[str, str]:
+        import torch
+
+        from aka.hardware import sample_windows
+
+        watched: dict[str, Any] = {
+            "torch.cuda.Event.record": torch.cuda.Event.record,
+            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+            "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+            "torch.cuda.synchronize": torch.cuda.synchronize,
+            "time.perf_counter": time.perf_counter,
+            "sample_windows": sample_windows,
+            "reference.Model.forward": self.rt.reference.Model.forward,
+        }
+        for sid, entry in self.baselines.items():
+            for name in ("eager", "torch_compile"):
+                if name in entry:
+                    watched[f"{sid}/{name}"] = entry[name]
+                    watched[f"{sid}/{name}.forward"] = getattr(entry[name], "forward", None)
+        return {k: _identity(v) for k, v in watched.items()}
+
+    def check_fingerprints(self, when: str) -> None:
+        """Raise ``tampered`` if any watched baseline or timer object changed."""
+        from aka.bench.worker import WorkerFailure
+
+        now = self._fingerprint()
+        changed = sorted(k for k in self.fingerprints if now.get(k) != self.fingerprints[k])
+        if changed:
+            raise WorkerFailure("tampered", f"{when}: changed {', '.join(changed)}", "timing")
+
+    def time_if_asked(self, cls: type, workdir: Path, go: dict[str, Any]) -> dict[str, Any] | None:
+        """Time the candidate and baselines per shape if the parent said so."""
+        import torch
+
+        from aka.bench.worker import _load_weights, _save
+
+        if not go.get("time"):
+            return None
+        rows = []
+        seeds = self.task["seeds"]
+        for i, shape in enumerate(self.task["shapes"]):
+            if shape["id"] not in go.get("shapes", [shape["id"]]):
+                continue
+            self.ev.emit("timing", shape_id=shape["id"], done=i, total=len(self.task["shapes"]))
+            model = self.rt.build_model(cls, shape, seeds[0])
+            _load_weights(model, self.rt.build_model(self.rt.reference.Model, shape, seeds[0]))
+            sets = self._input_sets(shape, seeds)
+            last: dict[int, Any] = {}
+
+            def call(j: int, m: Any = model, s: Any = sets, keep: dict[int, Any] = last) -> None:
+                k = j % len(s)
+                keep[k] = m(*s[k][0], **s[k][1])
+
+            with torch.no_grad():
+                cand = self._sample(call)
+                base = {name: self._sample(self._baseline_call(shape["id"], name))
+                        for name in ("eager", "torch_compile") if name in self.baselines[shape["id"]]}
+            files = {}
+            for k, out in last.items():
+                structure, tensors = flatten_outputs(out)
+                path = workdir / f"timed_{i}_{k}.pt"
+                _save(path, structure, tensors, {})
+                files[str(k)] = {"file": path.name, "seed": seeds[k % len(seeds)]}
+            rows.append({"shape_id": shape["id"], "candidate": cand, "baselines": base, "timed_files": files})
+        self.check_fingerprints("after timing")
+        return {"launch_floor": self.launch_floor, "shapes": rows, "baseline_errors": self.baseline_errors,
+                "clocks_before": self.clocks_before, "clocks_after": _read_clocks()}
+
+    def _baseline_call(self, shape_id: str, name: str) -> Any:
+        entry = self.baselines[shape_id]
+        fn, sets = entry[name], entry["sets"]
+
+        def call(j: int) -> None:
+            k = j % len(sets)
+            fn(*sets[k][0], **sets[k][1])
+
+        return call

@@ -1,0 +1,64 @@
+"""Rendering for the CLI: progress bars fed by ``ProgressEvent``s and result tables.
+
+Only the CLI imports ``rich.progress`` (STYLE G4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from aka.bench import EvalResult, LatencyStats, Verdict
+from aka.core import ProgressCallback, ProgressEvent
+from aka.core.console import err_console
+
+__all__ = ["eval_table", "progress_bar"]
+
+_VERDICT_STYLE = {Verdict.ACCEPTED: "green", Verdict.NOT_RUN: "yellow"}
+
+
+@contextmanager
+def progress_bar(description: str, *, enabled: bool = True) -> Iterator[ProgressCallback]:
+    """Yield a callback that renders progress events as one bar on stderr."""
+    if not enabled:
+        yield lambda event: None
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                        console=err_console, transient=True)
+    with progress:
+        task = progress.add_task(description, total=None)
+
+        def on_event(event: ProgressEvent) -> None:
+            text = f"{description}: {event.stage} {event.message}".rstrip()
+            if event.total:
+                progress.update(task, description=text, completed=event.done or 0, total=event.total)
+            else:
+                progress.update(task, description=text)
+
+        yield on_event
+
+
+def _us(stats: LatencyStats | None) -> str:
+    return "-" if stats is None else f"{stats.median:,.2f} ±{stats.iqr:,.2f}"
+
+
+def eval_table(result: EvalResult) -> Table:
+    """One row per shape: verdict, time, baselines, T_sol and SOL fraction."""
+    table = Table(title=f"{result.manifest.problem_name}: {result.verdict.value}", title_justify="left")
+    table.add_column("shape", no_wrap=True)
+    for column in ("split", "verdict", "time us (med ±IQR)", "eager us", "compile us", "T_sol us", "SOL", "flags"):
+        table.add_column(column, justify="right" if "us" in column or column == "SOL" else "left")
+    for row in result.shapes:
+        style = _VERDICT_STYLE.get(row.verdict, "red")
+        table.add_row(
+            row.shape_id, row.split.value, f"[{style}]{row.verdict.value}[/{style}]", _us(row.latency_us),
+            _us(row.baselines_us.get("eager")), _us(row.baselines_us.get("torch_compile")),
+            "-" if row.t_sol_us is None else f"{row.t_sol_us:,.2f}",
+            "-" if row.sol_fraction is None else f"{row.sol_fraction:.1%}",
+            ", ".join(row.flags),
+        )
+    return table

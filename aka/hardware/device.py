@@ -1,0 +1,153 @@
+"""Device detection: what GPU this process sees, and the library versions around it.
+
+Owns ``DeviceInfo`` (a snapshot of the device and software stack, recorded in every result's
+manifest and used to key caches), ``detect_device``, ``library_versions`` and ``device_key``.
+Must not import torch or triton at module level (``import aka.hardware`` stays CPU-cheap), and
+must not measure anything: that is ``aka.hardware.ceilings``.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import re
+import shutil
+import subprocess
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aka.spec.vocab import Vendor
+
+__all__ = ["DeviceInfo", "detect_device", "device_key", "library_versions"]
+
+logger = logging.getLogger(__name__)
+
+_NVIDIA_SMI_TIMEOUT_S = 5.0
+_UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class DeviceInfo(BaseModel):
+    """One GPU and the software stack that drives it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Device name as the driver reports it, e.g. 'NVIDIA H200'.")
+    vendor: Vendor
+    arch: str = Field(description="Architecture: 'sm_90' (NVIDIA) or 'gfx942' (AMD).")
+    compute_capability: str = Field(description="'major.minor', e.g. '9.0'.")
+    sm_count: int = Field(ge=0, description="Streaming multiprocessors (CUs on AMD).")
+    l2_bytes: int | None = Field(default=None, description="L2 cache size; None if unknown.")
+    memory_bytes: int = Field(ge=0, description="Total device memory.")
+    driver_version: str | None = Field(default=None, description="GPU driver; None if unknown.")
+    torch_version: str
+    triton_version: str | None = None
+    cuda_version: str | None = Field(default=None, description="CUDA (or HIP) runtime of torch.")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Return the versions of python, torch, triton, CUDA and HIP (None where absent).
+
+    Works on a CPU-only machine. Imports torch (and triton, if installed).
+    """
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "triton": _triton_version(),
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+    }
+
+
+def detect_device(index: int = 0) -> DeviceInfo | None:
+    """Describe CUDA (or ROCm) device ``index`` as torch sees it.
+
+    Args:
+        index: The device ordinal within ``CUDA_VISIBLE_DEVICES``.
+
+    Returns:
+        The description, or None when torch has no usable GPU.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(index)
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        arch = str(getattr(props, "gcnArchName", "")).split(":")[0] or "gfx_unknown"
+        vendor = Vendor.AMD
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+        vendor = Vendor.NVIDIA
+    l2_bytes = getattr(props, "L2_cache_size", None)
+    return DeviceInfo(
+        name=str(props.name),
+        vendor=vendor,
+        arch=arch,
+        compute_capability=f"{props.major}.{props.minor}",
+        sm_count=int(props.multi_processor_count),
+        l2_bytes=int(l2_bytes) if l2_bytes else None,
+        memory_bytes=int(props.total_memory),
+        driver_version=_driver_version(),
+        torch_version=str(torch.__version__),
+        triton_version=_triton_version(),
+        cuda_version=torch.version.cuda or hip,
+    )
+
+
+def device_key(info: DeviceInfo) -> str:
+    """Return a filesystem-safe cache key of the device name, driver, torch and triton versions.
+
+    Example: ``NVIDIA-H200__drv-570.86.15__torch-2.11.0-cu130__triton-3.6.0``.
+    """
+    parts = (
+        info.name,
+        f"drv-{info.driver_version or 'unknown'}",
+        f"torch-{info.torch_version}",
+        f"triton-{info.triton_version or 'none'}",
+    )
+    return "__".join(_UNSAFE_KEY_CHARS.sub("-", p).strip("-") for p in parts)
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return str(getattr(triton, "__version__", None) or "") or None
+
+
+def _driver_version() -> str | None:
+    """Read the driver version: torch's own query if this torch has one, else ``nvidia-smi``."""
+    import torch
+
+    query = getattr(torch.cuda, "driver_version", None)
+    if callable(query):
+        try:
+            return str(query())
+        except (RuntimeError, TypeError) as err:
+            logger.debug("torch.cuda.driver_version() failed: %s", err)
+    return _nvidia_smi_driver_version()
+
+
+def _nvidia_smi_driver_version() -> str | None:
+    """Ask ``nvidia-smi`` for the driver version; None when it is missing, slow or unclear."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    # No --id: nvidia-smi numbers GPUs physically, torch within CUDA_VISIBLE_DEVICES, and one host
+    # has one driver anyway.
+    cmd = [exe, "--query-gpu=driver_version", "--format=csv,noheader"]
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        logger.debug("nvidia-smi failed: %s", err)
+        return None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[0].strip():
+        return None
+    return lines[0].strip()

@@ -1,0 +1,49 @@
+"""Shared test setup: settings isolated from the developer's environment, gpu tests auto-skipped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Drop every AKA_* variable and point caches and runs at throwaway folders.
+
+    They are not under ``tmp_path``, so a test listing its ``tmp_path`` sees only its own files.
+    """
+    for name in list(os.environ):
+        if name.startswith("AKA_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AKA_PATHS__CACHE_DIR", str(tmp_path_factory.mktemp("aka-cache")))
+    monkeypatch.setenv("AKA_PATHS__RUNS_DIR", str(tmp_path_factory.mktemp("aka-runs")))
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The source checkout (tests read configs/ and other project files by path)."""
+    return REPO_ROOT
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu`` tests without CUDA (STYLE X2).
+
+    Runs after ``-m`` deselection, so torch is imported only when a gpu test is still selected.
+    """
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in gpu_items:
+        item.add_marker(skip)
