@@ -31,6 +31,8 @@ __all__ = ["main"]
 
 _CLONE_NEWNET = 0x40000000
 _GO_FILE = "go.json"
+#: How allocators word running out of memory when they raise RuntimeError instead of MemoryError.
+_OOM_MARKERS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")
 
 
 class WorkerFailure(Exception):
@@ -71,7 +73,8 @@ def _classify(err: BaseException, stage: str) -> str:
     import torch
 
     name = type(err).__name__
-    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+    text = str(err).lower()
+    if isinstance(err, torch.OutOfMemoryError | MemoryError) or any(m in text for m in _OOM_MARKERS):
         return "oom"
     if isinstance(err, BadStructure):
         return "bad_structure"

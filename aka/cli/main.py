@@ -88,12 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("[red]aborted[/red]")
         return 130
-    except Exception as err:  # click's usage errors and anything unexpected
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            return err.exit_code
+    except Exception as err:  # click's usage errors (typer may vendor click) and anything unexpected
+        if callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int):
+            err.show()  # type: ignore[attr-defined]
+            return int(err.exit_code)  # type: ignore[attr-defined]
         logger.exception("unexpected error")
         err_console.print(f"[red]internal error[/red]: {type(err).__name__}: {err} (rerun with --debug)")
         return EXIT_HARNESS

@@ -9,6 +9,7 @@ from aka.hardware.ceilings import (
     load_cached_ceilings,
     load_or_measure_ceilings,
     measure_ceilings,
+    save_ceilings,
 )
 from aka.hardware.device import DeviceInfo, detect_device, device_key, library_versions
 from aka.hardware.profiles import PROFILES, DatasheetProfile, match_profile
@@ -36,5 +37,6 @@ __all__ = [
     "match_profile",
     "measure_ceilings",
     "sample_windows",
+    "save_ceilings",
     "t_sol",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ __all__ = [
     "load_cached_ceilings",
     "load_or_measure_ceilings",
     "measure_ceilings",
+    "save_ceilings",
 ]
 
 logger = logging.getLogger(__name__)
@@ -195,11 +197,27 @@ def load_or_measure_ceilings(
         if cached is not None:
             return cached
     ceilings = measure_ceilings(info, progress=progress)
+    save_ceilings(cache_dir, info, ceilings)
+    return ceilings
+
+
+def save_ceilings(cache_dir: Path, info: DeviceInfo, ceilings: DeviceCeilings) -> Path:
+    """Write ``ceilings`` to the cache of ``info`` atomically; return the file's path.
+
+    Args:
+        cache_dir: aka's cache directory (``PathsConfig.cache_dir``).
+        info: The device the ceilings were measured on (its ``device_key`` names the file).
+        ceilings: What to store.
+
+    Returns:
+        ``cache_dir / "ceilings" / f"{device_key(info)}.json"``.
+    """
+    path = _cache_path(cache_dir, info)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(ceilings.model_dump_json(indent=2), encoding="utf-8")
     tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
-    return ceilings
+    return path
 
 
 def _cache_path(cache_dir: Path, info: DeviceInfo) -> Path:

@@ -29,6 +29,15 @@ _FUNCS: dict[str, Callable[..., float]] = {
     "log2": math.log2,
     "sqrt": math.sqrt,
 }
+#: (fewest, most) arguments of each function; None: no upper bound.
+_ARITY: dict[str, tuple[int, int | None]] = {
+    "ceil": (1, 1),
+    "floor": (1, 1),
+    "min": (2, None),
+    "max": (2, None),
+    "log2": (1, 1),
+    "sqrt": (1, 1),
+}
 
 
 def evaluate_quantity(value: float | int | str, names: Mapping[str, object]) -> float:
@@ -43,29 +52,51 @@ def evaluate_quantity(value: float | int | str, names: Mapping[str, object]) -> 
         The value as a float.
 
     Raises:
-        ValueError: The expression uses something outside the whitelist, or an unknown name.
+        ValueError: The expression uses something outside the whitelist or an unknown name, calls a
+            function with the wrong number of arguments, is a boolean, or does not compute to a
+            finite number (division by zero, overflow).
     """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is a boolean, not a number; write a number or an expression")
     if isinstance(value, int | float):
-        return float(value)
-    try:
-        tree = ast.parse(value, mode="eval")
-    except SyntaxError as err:
-        raise ValueError(f"cannot parse expression {value!r}: {err.msg}") from err
-    return float(_walk(tree.body, names, value))
+        result = float(value)
+    else:
+        try:
+            tree = ast.parse(value, mode="eval")
+        except SyntaxError as err:
+            raise ValueError(f"cannot parse expression {value!r}: {err.msg}") from err
+        try:
+            result = float(_walk(tree.body, names, value))
+        except ArithmeticError as err:  # ZeroDivisionError, OverflowError
+            raise ValueError(f"expression {value!r} cannot be computed: {err}") from err
+    if not math.isfinite(result):
+        raise ValueError(f"expression {value!r} is not finite ({result})")
+    return result
 
 
 def _walk(node: ast.AST, names: Mapping[str, object], text: str) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
         return float(node.value)
     if isinstance(node, ast.Name):
         if node.id not in names:
-            raise ValueError(f"unknown name {node.id!r} in {text!r}; known: {sorted(names)}")
+            known = sorted(names)
+            raise ValueError(
+                f"unknown name {node.id!r} in {text!r}; use one of the shape's kwargs {known}"
+            )
         found = names[node.id]
         if isinstance(found, bool) or not isinstance(found, int | float):
             raise ValueError(f"name {node.id!r} in {text!r} is {found!r}, not a number")
         return float(found)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](_walk(node.left, names, text), _walk(node.right, names, text))
+        left, right = _walk(node.left, names, text), _walk(node.right, names, text)
+        result = _BINOPS[type(node.op)](left, right)
+        if isinstance(result, complex):  # a negative number to a fractional power
+            raise ValueError(f"{ast.unparse(node)!r} in {text!r} is not a real number")
+        return result
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_walk(node.operand, names, text)
     if (
@@ -74,5 +105,24 @@ def _walk(node: ast.AST, names: Mapping[str, object], text: str) -> float:
         and node.func.id in _FUNCS
         and not node.keywords
     ):
-        return float(_FUNCS[node.func.id](*(_walk(a, names, text) for a in node.args)))
-    raise ValueError(f"unsupported syntax {ast.dump(node)[:60]!r} in expression {text!r}")
+        args = [_walk(a, names, text) for a in node.args]
+        arity = _ARITY[node.func.id]
+        if len(args) < arity[0] or (arity[1] is not None and len(args) > arity[1]):
+            raise ValueError(
+                f"{ast.unparse(node)!r} in {text!r}: {node.func.id} takes {_arity_text(arity)}"
+            )
+        try:
+            return float(_FUNCS[node.func.id](*args))
+        except ValueError as err:  # math domain error: log2 or sqrt of a negative
+            raise ValueError(f"{ast.unparse(node)!r} in {text!r}: {err}") from err
+    raise ValueError(
+        f"{ast.unparse(node)!r} is not allowed in expression {text!r}; use numbers, the shape's "
+        f"kwargs, + - * / // % ** and {', '.join(_FUNCS)}"
+    )
+
+
+def _arity_text(arity: tuple[int, int | None]) -> str:
+    low, high = arity
+    if high is None:
+        return f"{low} or more arguments"
+    return f"{low} argument" + ("s" if low != 1 else "")

@@ -9,6 +9,7 @@ Every problem found is reported at once, each with file, field and fix.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,10 @@ def detect_format(path: Path) -> ProblemFormat:
             "a problem directory needs reference.py and shapes.json (Atrex-Bench layout)",
             file=str(path),
         )
-    if path.suffix in (".yaml", ".yml"):
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
         return ProblemFormat.OP_YAML
-    if path.suffix == ".py":
+    if suffix == ".py":
         return ProblemFormat.KERNELBENCH
     raise SpecError(
         "unknown problem format: use an op.yaml (*.yaml), a KernelBench *.py, or an Atrex-Bench "
@@ -66,7 +68,7 @@ def load_problem(path: str | Path, format: ProblemFormat | str | None = None) ->
         SpecError: Anything is missing or inconsistent; the message names file, field and fix.
     """
     p = Path(path)
-    fmt = ProblemFormat(format) if format is not None else detect_format(p)
+    fmt = _parse_format(format, p) if format is not None else detect_format(p)
     if not p.exists():
         raise SpecError("no such file or directory; check the path", file=str(p))
     if fmt is ProblemFormat.OP_YAML:
@@ -76,6 +78,15 @@ def load_problem(path: str | Path, format: ProblemFormat | str | None = None) ->
     return _load_kernelbench(p)
 
 
+def _parse_format(format: ProblemFormat | str, path: Path) -> ProblemFormat:
+    try:
+        return ProblemFormat(format)
+    except ValueError as err:
+        choices = ", ".join(f.value for f in ProblemFormat)
+        raise SpecError(f"unknown format {format!r}; use one of {choices}", file=str(path),
+                        field="--format") from err
+
+
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -83,18 +94,33 @@ def _read_text(path: Path) -> str:
         raise SpecError(f"cannot read: {err}", file=str(path)) from err
 
 
-def _format_validation(err: ValidationError, source: str) -> SpecError:
+def _validation_lines(err: ValidationError, raw: Any = None) -> list[str]:
+    """One line per pydantic error: the field, what is wrong, the value and the fix."""
     lines = []
     for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "<top>"
+        field = f"field '{'.'.join(str(p) for p in e['loc']) or '<top>'}'"
+        field += _shape_label(raw, e["loc"])
         if e["type"] == "extra_forbidden":
             fix = "remove it or check its spelling against docs/op-yaml.md"
-            lines.append(f"field '{field}': unknown key; {fix}")
+            lines.append(f"{field}: unknown key; {fix}")
         elif e["type"] == "missing":
-            lines.append(f"field '{field}': required; add it (see docs/op-yaml.md)")
+            lines.append(f"{field}: required; add it (see docs/op-yaml.md)")
         else:
-            lines.append(f"field '{field}': {e['msg']} (got {e.get('input')!r:.60})")
-    return SpecError("; ".join(lines), file=source)
+            lines.append(f"{field}: {e['msg']} (got {e.get('input')!r:.60}); "
+                         "fix the value (see docs/op-yaml.md)")
+    return lines
+
+
+def _shape_label(raw: Any, loc: tuple[int | str, ...]) -> str:
+    """Name the shape an error is in (``shapes.cases.3`` says little in a long list)."""
+    if not (isinstance(raw, dict) and len(loc) >= 3 and loc[:2] == ("shapes", "cases")):
+        return ""
+    cases, index = (raw.get("shapes") or {}).get("cases"), loc[2]
+    if isinstance(cases, list) and isinstance(index, int) and index < len(cases):
+        case = cases[index]
+        if isinstance(case, dict) and "id" in case:
+            return f" (shape {case['id']!r})"
+    return ""
 
 
 def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> ProblemSpec:
@@ -111,18 +137,26 @@ def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> Prob
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {err}", file=source) from err
+        raise SpecError(
+            f"not valid YAML: {_yaml_problem(err)}; fix the syntax", file=source
+        ) from err
     if not isinstance(raw, dict):
-        raise SpecError("top level must be a mapping with 'name', 'reference', 'shapes'", file=source)
+        raise SpecError("top level must be a mapping with 'name', 'reference', 'shapes'; "
+                        f"got {type(raw).__name__}", file=source)
     try:
         spec = OpYamlSpec.model_validate(raw)
     except ValidationError as err:
-        raise _format_validation(err, source) from err
+        raise SpecError("; ".join(_validation_lines(err, raw)), file=source) from err
 
-    reference_code = _resolve_code(spec.reference.path, spec.reference.code, base_dir, source, "reference")
+    origins: dict[str, _Origin] = {}
+    reference_code, origins["reference"] = _resolve_code(
+        spec.reference.path, spec.reference.code, base_dir, source, "reference"
+    )
     inputs_code = None
     if spec.inputs is not None:
-        inputs_code = _resolve_code(spec.inputs.path, spec.inputs.code, base_dir, source, "inputs")
+        inputs_code, origins["inputs"] = _resolve_code(
+            spec.inputs.path, spec.inputs.code, base_dir, source, "inputs"
+        )
     if spec.shapes.cases is not None:
         shapes = list(spec.shapes.cases)
     else:
@@ -141,7 +175,16 @@ def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> Prob
         shapes=shapes,
         **guards,
     )
-    return _check_kwargs_problem(problem, source)
+    return _check_kwargs_problem(problem, source, origins)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """Say where and what in one line (PyYAML's own message spans several)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if mark is None:
+        return str(problem)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 _GUARD_FIELDS = (
@@ -168,38 +211,60 @@ def _resolve_path(rel: str, base_dir: Path | None, source: str, field: str) -> P
     return path
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where a piece of code came from, for error messages about it."""
+
+    file: str
+    field: str | None = None
+    label: str = ""
+
+
 def _resolve_code(rel: str | None, code: str | None, base_dir: Path | None, source: str,
-                  field: str) -> str:
+                  field: str) -> tuple[str, _Origin]:
     if code is not None:
-        return code
-    return _read_text(_resolve_path(rel or "", base_dir, source, f"{field}.path"))
+        return code, _Origin(source, f"{field}.code", " of the inline code")
+    path = _resolve_path(rel or "", base_dir, source, f"{field}.path")
+    return _read_text(path), _Origin(source, f"{field}.path", f" of {path}")
 
 
-def _read_shapes_file(path: Path) -> list[ShapeCase]:
+def _read_shapes_file(path: Path, defaults: dict[str, Any] | None = None) -> list[ShapeCase]:
     text = _read_text(path)
     try:
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise SpecError(f"cannot parse shapes: {err}", file=str(path)) from err
-    return _shapes_from_raw(raw, str(path))
+    except json.JSONDecodeError as err:
+        raise SpecError(f"cannot parse shapes: {err}; fix the JSON", file=str(path)) from err
+    except yaml.YAMLError as err:
+        raise SpecError(f"cannot parse shapes: {_yaml_problem(err)}; fix the YAML",
+                        file=str(path)) from err
+    return _shapes_from_raw(raw, str(path), defaults)
 
 
 def _shapes_from_raw(raw: Any, source: str, defaults: dict[str, Any] | None = None) -> list[ShapeCase]:
     """Accept ``{id: {init_kwargs, input_kwargs, ...}}`` (Atrex-Bench) or a list of cases."""
     if isinstance(raw, dict):
-        items = [{"id": str(k), **(v if isinstance(v, dict) else {"_bad": v})} for k, v in raw.items()]
+        items: list[Any] = [
+            {**v, "id": str(k)} if isinstance(v, dict) else v for k, v in raw.items()
+        ]
+        labels = [f"shape {str(k)!r}" for k in raw]
     elif isinstance(raw, list):
         items = raw
+        labels = [f"shape #{i}" + (f" ({item['id']!r})" if isinstance(item, dict) and "id" in item
+                                   else "") for i, item in enumerate(raw)]
     else:
-        raise SpecError("shapes must be a mapping id -> case or a list of cases", file=source)
+        raise SpecError("shapes must be a mapping id -> case or a list of cases; got "
+                        f"{type(raw).__name__}", file=source)
     cases: list[ShapeCase] = []
     errors: list[str] = []
-    for i, item in enumerate(items):
-        merged = {**(defaults or {}), **item} if isinstance(item, dict) else item
+    for label, item in zip(labels, items, strict=True):
+        if not isinstance(item, dict):
+            errors.append(f"{label}: must be a mapping with init_kwargs and input_kwargs, "
+                          f"got {item!r:.40}")
+            continue
         try:
-            cases.append(ShapeCase.model_validate(merged))
+            cases.append(ShapeCase.model_validate({**(defaults or {}), **item}))
         except ValidationError as err:
-            errors.append(f"shape #{i}: {_format_validation(err, source).message}")
+            errors += [f"{label}: {line}" for line in _validation_lines(err)]
     if errors:
         raise SpecError("; ".join(errors), file=source)
     return cases
@@ -210,16 +275,17 @@ def _load_atrex(directory: Path) -> ProblemSpec:
     reference_code = _read_text(directory / "reference.py")
     input_path = directory / "input.py"
     inputs_code = _read_text(input_path) if input_path.is_file() else None
-    meta: dict[str, Any] = {}
+    meta: Any = {}
     meta_path = directory / "metadata.json"
     if meta_path.is_file():
         try:
             meta = json.loads(_read_text(meta_path))
         except json.JSONDecodeError as err:
-            raise SpecError(f"cannot parse: {err}", file=str(meta_path)) from err
+            raise SpecError(f"cannot parse: {err}; fix the JSON", file=str(meta_path)) from err
+        if not isinstance(meta, dict):
+            raise SpecError("must be a JSON object (with 'phase')", file=str(meta_path))
     phase = {"prefill": Phase.PREFILL, "decode": Phase.DECODE}.get(str(meta.get("phase")), Phase.MIXED)
-    raw = json.loads(_read_text(directory / "shapes.json"))
-    shapes = _shapes_from_raw(raw, str(directory / "shapes.json"), {"phase": phase.value})
+    shapes = _read_shapes_file(directory / "shapes.json", {"phase": phase.value})
     problem = ProblemSpec(
         name=directory.name,
         format=ProblemFormat.ATREX,
@@ -229,15 +295,20 @@ def _load_atrex(directory: Path) -> ProblemSpec:
         input_fn="_make_inputs",
         shapes=shapes,
     )
-    return _check_kwargs_problem(problem, source)
+    origins = {"reference": _Origin(str(directory / "reference.py")),
+               "inputs": _Origin(str(input_path))}
+    return _check_kwargs_problem(problem, source, origins)
 
 
-def _facts(code: str, source: str, field: str) -> SourceFacts:
+def _facts(code: str, origin: _Origin) -> SourceFacts:
     try:
-        return read_source_facts(code, filename=source)
+        return read_source_facts(code, filename=origin.file)
     except SyntaxError as err:
-        raise SpecError(f"Python syntax error at line {err.lineno}: {err.msg}", file=source,
-                        field=field) from err
+        raise SpecError(f"Python syntax error at line {err.lineno}{origin.label}: {err.msg}; "
+                        "fix the code", file=origin.file, field=origin.field) from err
+    except ValueError as err:  # null bytes in the source (Python 3.11)
+        raise SpecError(f"not Python source{origin.label}: {err}", file=origin.file,
+                        field=origin.field) from err
 
 
 def _model_methods(facts: SourceFacts, source: str, errors: list[str]) -> dict[str, Signature]:
@@ -266,14 +337,15 @@ def _check_kwargs(kind: str, shape: ShapeCase, given: dict[str, Any], sig: Signa
     return errs
 
 
-def _check_kwargs_problem(problem: ProblemSpec, source: str) -> ProblemSpec:
+def _check_kwargs_problem(problem: ProblemSpec, source: str,
+                          origins: dict[str, _Origin]) -> ProblemSpec:
     """Validate a kwargs-style problem against its reference and input code."""
     errors: list[str] = []
-    ref = _facts(problem.reference_code, source, "reference")
+    ref = _facts(problem.reference_code, origins["reference"])
     methods = _model_methods(ref, source, errors)
     fns = dict(ref.functions)
     if problem.inputs_code is not None:
-        fns.update(_facts(problem.inputs_code, source, "inputs").functions)
+        fns.update(_facts(problem.inputs_code, origins["inputs"]).functions)
     input_fn = next((n for n in _INPUT_FNS if n in fns), None)
     if input_fn is None:
         errors.append("inputs: no _make_inputs(**input_kwargs) (or make_inputs) in the reference "
@@ -307,7 +379,8 @@ def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
     errors: list[str] = []
     if forward is not None and not forward.has_var_kwargs:
         errors += [
-            f"in_place: {name!r} is not a parameter of Model.forward {list(forward.params)}"
+            f"in_place: {name!r} is not a parameter of Model.forward {list(forward.params)}; "
+            "name one of them or remove it"
             for name in problem.in_place
             if name not in forward.params
         ]
@@ -315,7 +388,8 @@ def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
     for i, override in enumerate(problem.roofline):
         for sid in override.shapes:
             if sid != "*" and sid not in ids:
-                errors.append(f"roofline[{i}].shapes: unknown shape id {sid!r}")
+                errors.append(f"roofline[{i}].shapes: unknown shape id {sid!r}; use ids from "
+                              "shapes or '*'")
         for shape in problem.shapes:
             if not override.applies_to(shape.id):
                 continue
@@ -327,7 +401,7 @@ def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
                     continue
                 try:
                     evaluate_quantity(value, names)
-                except (ValueError, ZeroDivisionError) as err:
+                except (ValueError, ArithmeticError) as err:
                     errors.append(f"roofline[{i}] on shape {shape.id!r}: {err}")
     return errors
 
@@ -335,7 +409,7 @@ def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
 def _load_kernelbench(path: Path) -> ProblemSpec:
     source = str(path)
     code = _read_text(path)
-    facts = _facts(code, source, "reference")
+    facts = _facts(code, _Origin(source))
     errors: list[str] = []
     methods = _model_methods(facts, source, errors)
     for fn in ("get_inputs", "get_init_inputs"):

@@ -33,6 +33,7 @@ Number = float | int
 Quantity = Annotated[Number | str, Field(union_mode="left_to_right")]
 InputStyle = Literal["kwargs", "kernelbench"]
 Baseline = Literal["eager", "torch_compile"]
+_DEFAULT_BASELINES: tuple[Baseline, ...] = ("eager", "torch_compile")
 
 
 class _Strict(BaseModel):
@@ -113,7 +114,7 @@ class RooflineOverrideSpec(_Strict):
 
 class _GuardFields(_Strict):
     dsl: list[Dsl] = Field(default_factory=lambda: [Dsl.TRITON, Dsl.CUDA])
-    baselines: list[Baseline] = Field(default_factory=lambda: ["eager", "torch_compile"])
+    baselines: list[Baseline] = Field(default_factory=lambda: list(_DEFAULT_BASELINES))
     dtype_policy: DtypePolicySpec = Field(default_factory=DtypePolicySpec)
     tolerance: ToleranceSpec | None = Field(default=None)
     roofline: list[RooflineOverrideSpec] = Field(default_factory=list)

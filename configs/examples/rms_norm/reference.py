@@ -1,4 +1,4 @@
-"""RMSNorm reference: fp32 math on bf16 tokens, the weight applied after the cast back."""
+"""RMSNorm reference: fp32 math on bf16 tokens (weight applied in fp32), one cast back at the end."""
 
 import torch
 

@@ -1,0 +1,65 @@
+"""Statistics, the timing-mismatch rule and the score, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from aka.bench import LatencyStats, ShapeResult, Verdict, geomean, iqr, latency_stats, median
+from aka.bench.score import problem_score, sol_fraction, suspicious_margin
+from aka.bench.timing import judge_windows
+from aka.spec import Split
+
+
+def test_median_and_iqr() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert median(values) == 50.5
+    assert iqr(values) == pytest.approx(49.5)
+    assert iqr([3.0]) == 0.0
+    stats = latency_stats([10.0, 11.0, 12.0, 100.0])
+    assert (stats.median, stats.n) == (11.5, 4)
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_geomean_weights_and_zero() -> None:
+    assert geomean([0.25, 1.0]) == pytest.approx(0.5)
+    assert geomean([0.25, 1.0], [3.0, 1.0]) == pytest.approx(math.exp((3 * math.log(0.25)) / 4))
+    assert geomean([0.5, 0.0]) == 0.0
+
+
+def test_timing_mismatch_flags_work_that_escaped_the_stream() -> None:
+    stream = [20.0] * 50
+    honest = judge_windows(stream, [28.0] * 50, empty_gap_us=7.0, abs_us=5.0, rel=0.10)
+    assert not honest.mismatch and honest.allowed_gap_us == pytest.approx(12.0)
+    side_stream = judge_windows(stream, [60.0] * 50, empty_gap_us=7.0, abs_us=5.0, rel=0.10)
+    assert side_stream.mismatch and side_stream.gap_us == pytest.approx(40.0)
+    # for long kernels the allowance grows with T (10%)
+    long = judge_windows([1000.0] * 20, [1090.0] * 20, empty_gap_us=7.0, abs_us=5.0, rel=0.10)
+    assert not long.mismatch
+
+
+def test_sol_fraction_caps_at_one_and_flags_suspicious() -> None:
+    assert sol_fraction(10.0, 40.0, 0.1) == (0.25, [])
+    assert sol_fraction(10.0, 9.5, 0.1) == (1.0, [])  # within the margin: capped, not flagged
+    s, flags = sol_fraction(10.0, 5.0, 0.1)
+    assert s == 1.0 and flags == ["suspicious"]
+
+
+def test_suspicious_margin_follows_floor_noise() -> None:
+    assert suspicious_margin(5.0, 0.05) == 0.10
+    assert suspicious_margin(5.0, 0.5) == pytest.approx(0.30)
+    assert suspicious_margin(None, None) == 0.10
+
+
+def _row(sid: str, s: float | None, verdict: Verdict = Verdict.ACCEPTED, weight: float = 1.0) -> ShapeResult:
+    return ShapeResult(shape_id=sid, split=Split.TUNE, verdict=verdict, sol_fraction=s, weight=weight,
+                       latency_us=LatencyStats(median=1.0, iqr=0.0, n=1))
+
+
+def test_problem_score_is_weighted_geomean_and_zero_on_failure() -> None:
+    assert problem_score([_row("a", 0.25), _row("b", 1.0)]) == pytest.approx(0.5)
+    assert problem_score([_row("a", 0.25, weight=2), _row("b", 1.0)]) == pytest.approx(0.25 ** (2 / 3))
+    assert problem_score([_row("a", 0.5), _row("b", None, Verdict.TIMING_MISMATCH)]) == 0.0
+    assert problem_score([_row("a", None)]) is None
