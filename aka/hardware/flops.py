@@ -13,8 +13,9 @@ Byte model: an ideal fused kernel reads each byte of the inputs, parameters and 
 once and writes each output byte once; intermediates cost nothing. A tensor counts as read when a
 non-view op takes it (or a view of it) as an argument; the bytes are the span it covers in its
 storage, merged per storage, so a tensor passed twice, or a weight used by two ops, counts once,
-and a slice of a cache buffer counts only the slice. Bytes written are the outputs' spans plus
-spans of inputs the forward updates in place.
+and a slice of a cache buffer counts only the slice. A gather (embedding, index_select, gather,
+advanced indexing) is charged the elements it returns, not its whole table. Bytes written are the
+outputs' spans plus spans of inputs the forward updates in place.
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ _REDUCTION_FLOPS: dict[str, float] = {
     ),
 }
 
+# Ops that read only some elements of their first argument (a table): they are charged the
+# elements they return, not the whole table.
+_GATHER_OPS = frozenset(_words("embedding index_select gather index"))
+
 # Ops that overwrite their mutated argument without reading it.
 _OVERWRITE_OPS = frozenset(_words("copy fill zero index_put index_copy scatter masked_fill"))
 
@@ -163,14 +168,18 @@ class _ByteSpans:
 
     def __init__(self) -> None:
         self._spans: dict[_StorageKey, list[tuple[int, int]]] = defaultdict(list)
+        self._loose_bytes = 0  # gathered rows: an amount, not a range, so never merged
 
     def add(self, t: torch.Tensor) -> None:
         key = _storage_key(t)
         if key is not None and t.numel() > 0:
             self._spans[key].append(_span(t))
 
+    def add_bytes(self, n_bytes: int) -> None:
+        self._loose_bytes += n_bytes
+
     def total_bytes(self) -> int:
-        total = 0
+        total = self._loose_bytes
         for spans in self._spans.values():
             end = -1
             for lo, hi in sorted(spans):
@@ -203,7 +212,7 @@ class _CostMode(TorchDispatchMode):
         bound = _bind(func, args, kwargs)
         self._count_flops(func, bound, args, kwargs, out)
         if not _is_view(func):
-            self._track_bytes(_op_name(func), bound)
+            self._track_bytes(_op_name(func), bound, out)
         return out
 
     def note(self, text: str) -> None:
@@ -268,9 +277,13 @@ class _CostMode(TorchDispatchMode):
         self.note(f"aten.{name} on {dtype}: no unit of its own, priced at fp32_matmul")
         return ComputeUnit.FP32_MATMUL
 
-    def _track_bytes(self, name: str, bound: list[tuple[Any, object]]) -> None:
-        for arg, value in bound:
+    def _track_bytes(self, name: str, bound: list[tuple[Any, object]], out: object) -> None:
+        for position, (arg, value) in enumerate(bound):
             written = arg.alias_info is not None and arg.alias_info.is_write
+            if position == 0 and name in _GATHER_OPS and isinstance(value, torch.Tensor):
+                if _storage_key(value) in self.owned:
+                    self._track_gather(name, value, out)
+                continue
             for t in _tensors(value):
                 if _storage_key(t) not in self.owned:
                     continue
@@ -278,6 +291,12 @@ class _CostMode(TorchDispatchMode):
                     self.writes.add(t)
                 if not written or name not in _OVERWRITE_OPS:
                     self.reads.add(t)
+
+    def _track_gather(self, name: str, source: torch.Tensor, out: object) -> None:
+        """Charge a gather the elements it returns, capped by the size of its source."""
+        lo, hi = _span(source)
+        self.reads.add_bytes(min(_first_numel(out) * source.element_size(), hi - lo))
+        self.note(f"aten.{name}: counted the gathered elements of its source, not the whole source")
 
 
 def _op_name(func: Any) -> str:

@@ -251,3 +251,35 @@ def test_count_costs_on_gpu_bf16_gemm_and_fp8_scaled_mm() -> None:
     counts = count_costs(ScaledMM(), [x, w, s])
     assert counts.flops_by_unit == {ComputeUnit.TC_FP8: 2.0 * 64 * 32 * 128}
     assert counts.bytes_read == 64 * 128 + 32 * 128 + 4
+
+
+class Lookup(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Embedding(1000, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids)
+
+
+def test_embedding_reads_the_gathered_rows_not_the_table() -> None:
+    ids = torch.tensor([3, 7, 7, 999])
+
+    counts = count_costs(Lookup(), [ids])
+
+    assert counts.bytes_read == 4 * 16 * 4 + 4 * 8  # four rows of fp32 + the int64 ids
+    assert counts.bytes_written == 4 * 16 * 4
+    assert any("aten.embedding" in n for n in counts.notes)
+
+
+class IndexSelectAll(nn.Module):
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return x[ids]
+
+
+def test_gather_charge_is_capped_by_the_source_size() -> None:
+    x, ids = torch.randn(4, 8), torch.zeros(100, dtype=torch.long)
+
+    counts = count_costs(IndexSelectAll(), [x, ids])
+
+    assert counts.bytes_read == 4 * 8 * 4 + 100 * 8
