@@ -58,8 +58,10 @@ def show(
                                      "datasheet": sheet.model_dump(mode="json") if sheet else None,
                                      "measured": cached.model_dump(mode="json") if cached else None})
         return
-    out_console.print(f"{info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes / 2**20:.0f} MiB, "
-                      f"{info.memory_bytes / 2**30:.0f} GiB, driver {info.driver_version})")
+    l2 = "?" if info.l2_bytes is None else f"{info.l2_bytes / 2**20:.0f}"
+    memory = "?" if info.memory_bytes is None else f"{info.memory_bytes / 2**30:.0f}"
+    out_console.print(f"{info.name} ({info.arch}, {info.sm_count} SMs, L2 {l2} MiB, {memory} GiB, "
+                      f"driver {info.driver_version})", highlight=False)
     for title, ceil in (("datasheet", sheet), ("measured (cached)", cached)):
         if ceil is None:
             out_console.print(f"{title}: none" + (" - run `aka hardware measure`" if "measured" in title else ""))

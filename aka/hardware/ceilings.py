@@ -6,7 +6,7 @@ matmul rate per dtype, vector fp32 rate, launch floor), the datasheet fallback
 ``aka.hardware.timer.sample_windows``, the primitive the scorer uses too.
 
 Must not import torch or triton at module level, and must not know about candidates. Measuring
-needs a GPU and about 10-20 s; nothing else here does.
+needs a GPU and is sized to stay well under a minute on an H200; nothing else here needs one.
 """
 
 from __future__ import annotations
