@@ -51,11 +51,13 @@ def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -
     env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
     env = {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
     env.update(OFFLINE_ENV_DEFAULTS)
-    package_parent = str(Path(__file__).resolve().parents[2])
+    # The worker must import this very aka (and whatever the parent's PYTHONPATH adds, e.g. wheels
+    # unpacked beside a system Python): put aka's own location first.
+    python_path = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env.update({
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
-        "PYTHONPATH": package_parent,
+        "PYTHONPATH": os.pathsep.join(python_path),
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",

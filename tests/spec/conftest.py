@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 #: A reference in the kwargs style: Model(eps), forward(x, weight), _make_inputs(tokens, hidden).
-REFERENCE = '''\
+REFERENCE = """\
 import torch
 
 
@@ -26,7 +26,7 @@ class Model(torch.nn.Module):
 def _make_inputs(tokens: int, hidden: int, device: str = "cuda"):
     return {"x": torch.randn(tokens, hidden, device=device),
             "weight": torch.randn(hidden, device=device)}
-'''
+"""
 
 #: The smallest valid op.yaml over REFERENCE, as a mapping tests modify.
 BASE_SPEC: dict[str, Any] = {
