@@ -23,6 +23,7 @@ _BASELINE_SEED = 1_000_003
 
 
 def _identity(obj: Any) -> str:
+    obj = getattr(obj, "__func__", obj)  # a bound method is a new object on every attribute access
     code = getattr(obj, "__code__", None)
     return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
 

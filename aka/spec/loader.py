@@ -244,7 +244,7 @@ def _shapes_from_raw(raw: Any, source: str, defaults: dict[str, Any] | None = No
     """Accept ``{id: {init_kwargs, input_kwargs, ...}}`` (Atrex-Bench) or a list of cases."""
     if isinstance(raw, dict):
         items: list[Any] = [
-            {**v, "id": str(k)} if isinstance(v, dict) else v for k, v in raw.items()
+            {"id": str(k), **v} if isinstance(v, dict) else v for k, v in raw.items()
         ]
         labels = [f"shape {str(k)!r}" for k in raw]
     elif isinstance(raw, list):
@@ -343,13 +343,18 @@ def _check_kwargs_problem(problem: ProblemSpec, source: str,
     errors: list[str] = []
     ref = _facts(problem.reference_code, origins["reference"])
     methods = _model_methods(ref, source, errors)
-    fns = dict(ref.functions)
+    # The worker imports the input function from the inputs code when there is one, else from
+    # the reference; look where it will.
+    fns = ref.functions
+    where = "the reference"
     if problem.inputs_code is not None:
-        fns.update(_facts(problem.inputs_code, origins["inputs"]).functions)
+        fns = _facts(problem.inputs_code, origins["inputs"]).functions
+        origin = origins["inputs"]
+        where = "the inputs code" + (origin.label or f" of {origin.file}")
     input_fn = next((n for n in _INPUT_FNS if n in fns), None)
     if input_fn is None:
-        errors.append("inputs: no _make_inputs(**input_kwargs) (or make_inputs) in the reference "
-                      "or inputs code; define one returning a dict keyed by forward's parameters")
+        errors.append(f"inputs: no _make_inputs(**input_kwargs) (or make_inputs) in {where}; "
+                      "define one returning a dict keyed by forward's parameters")
     init_sig = methods.get("__init__", Signature((), (), False, False))
     seen: set[str] = set()
     for shape in problem.shapes:

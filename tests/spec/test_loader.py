@@ -480,6 +480,25 @@ def test_no_make_inputs(write_spec, reference_text: str) -> None:
     _spec_error(write_spec(reference=reference), "inputs", "_make_inputs", "define one")
 
 
+def test_inputs_file_must_define_make_inputs(write_spec, tmp_path: Path) -> None:
+    # the worker takes _make_inputs from the inputs code when there is one, not the reference
+    (tmp_path / "inputs.py").write_text("def helper(tokens, hidden):\n    return {}\n")
+
+    _spec_error(
+        write_spec({"inputs": {"path": "inputs.py"}}),
+        "no _make_inputs",
+        "inputs.py",
+        "define one",
+    )
+
+
+def test_atrex_input_py_without_make_inputs(tmp_path: Path) -> None:
+    directory = shutil.copytree(ATREX_FIXTURE, tmp_path / "atrex_no_inputs")
+    (directory / "input.py").write_text("def build(token_count, hidden_size):\n    return {}\n")
+
+    _spec_error(directory, "no _make_inputs", "input.py", "define one")
+
+
 def test_duplicate_shape_ids(write_spec) -> None:
     case = {"id": "a", "input_kwargs": {"tokens": 1, "hidden": 8}}
 
