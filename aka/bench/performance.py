@@ -109,6 +109,12 @@ def _measure_in_worker(scorer: Scorer) -> DeviceCeilings | None:
     return DeviceCeilings.model_validate(result["ceilings"])
 
 
+def _median_gap(windows: dict[str, list[float]]) -> float:
+    """Median (device-wide - stream) window of an empty call; 0 when it was not measured."""
+    pairs = list(zip(windows.get("stream_us", []), windows.get("device_us", []), strict=True))
+    return median([d - s for s, d in pairs]) if pairs else 0.0
+
+
 def judge_performance(scorer: Scorer, run: _Run, ref: _Reference, outcome: WorkerOutcome,
                       progress: ProgressCallback | None) -> EvalResult:
     """Fill each shape's times, baselines, T_sol and S from the worker's samples; score."""
@@ -120,13 +126,13 @@ def judge_performance(scorer: Scorer, run: _Run, ref: _Reference, outcome: Worke
         raise BenchError("the candidate worker returned no timing although the parent asked for it")
     info = DeviceInfo.model_validate(run.device)
     floor = latency_stats(timing["launch_floor"]["stream_us"])
-    empty_gap = median([d - s for s, d in zip(timing["launch_floor"]["stream_us"],
-                                              timing["launch_floor"]["device_us"], strict=True)])
+    empty_gap = max(_median_gap(timing["launch_floor"]), _median_gap(timing.get("empty_unflushed") or {}))
     ceilings = scorer_ceilings(scorer, info).model_copy(
         update={"launch_floor_us": floor.median, "launch_floor_iqr_us": floor.iqr})
     margin = suspicious_margin(floor.median, floor.iqr, scorer.config.suspicious_min_margin)
     cached = _read_cache(_baseline_cache_path(scorer))
-    raw: dict[str, dict[str, list[float]]] = {"launch_floor": timing["launch_floor"]}
+    raw: dict[str, dict[str, list[float]]] = {"launch_floor": timing["launch_floor"],
+                                              "empty_unflushed": timing.get("empty_unflushed") or {}}
     new_compile: dict[str, LatencyStats] = {}
     for i, item in enumerate(timing["shapes"]):
         sid = item["shape_id"]

@@ -192,8 +192,8 @@ class Scorer:
         if self.cpu and "cuda" in report.kernel_kinds:
             return self._finish(run, Verdict.NOT_RUN, Failure(
                 kind=Verdict.NOT_RUN, message="CUDA C++ candidates need a CUDA device; run on a GPU machine"))
-        allowed = {d.value for d in run.problem.dsl} | {"any"}
-        if not ({*report.kernel_kinds} & allowed) and "any" not in allowed:
+        allowed = {d.value for d in run.problem.dsl}
+        if "any" not in allowed and not ({*report.kernel_kinds} & allowed):
             return self._finish(run, Verdict.SCREEN_REJECTED, Failure(
                 kind=Verdict.SCREEN_REJECTED,
                 message=f"kernels in {list(report.kernel_kinds)}; the problem allows {sorted(allowed)}"))

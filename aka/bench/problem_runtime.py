@@ -82,14 +82,15 @@ def flatten_outputs(out: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return value
 
     if isinstance(out, torch.Tensor):
-        return {"kind": "tensor", "keys": ["0"]}, {"0": check("0", out)}
-    if isinstance(out, tuple | list):
-        tensors = {str(i): check(str(i), v) for i, v in enumerate(out)}
-        return {"kind": "tuple", "keys": list(tensors)}, tensors
-    if isinstance(out, dict):
-        tensors = {str(k): check(str(k), v) for k, v in out.items()}
-        return {"kind": "dict", "keys": list(tensors)}, tensors
-    raise BadStructure(f"output is {type(out).__name__}; return a tensor, a tuple or a dict of tensors")
+        kind, tensors = "tensor", {"0": check("0", out)}
+    elif isinstance(out, tuple | list):
+        kind, tensors = "tuple", {str(i): check(str(i), v) for i, v in enumerate(out)}
+    elif isinstance(out, dict):
+        kind, tensors = "dict", {str(k): check(str(k), v) for k, v in out.items()}
+    else:
+        raise BadStructure(f"output is {type(out).__name__}; return a tensor, a tuple or a dict of tensors")
+    structure = {"kind": kind, "keys": list(tensors), "devices": {k: t.device.type for k, t in tensors.items()}}
+    return structure, tensors
 
 
 @dataclass

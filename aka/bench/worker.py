@@ -144,7 +144,6 @@ def _run_one(model: Any, rt: ProblemRuntime, shape: dict[str, Any], seed: int,
             inplace[name] = live[name]
         elif not _same_tensor(before, live[name]):
             mutated.append(name)
-    structure["devices"] = {k: t.device.type for k, t in tensors.items()}
     return structure, tensors, inplace, mutated
 
 

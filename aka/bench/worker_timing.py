@@ -58,12 +58,13 @@ class TimingSession:
         self.baseline_errors: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
         self.launch_floor: dict[str, list[float]] = {}
+        self.empty_unflushed: dict[str, list[float]] = {}
         self.clocks_before: dict[str, Any] = _read_clocks()
 
-    def _sample(self, fn: Any) -> dict[str, list[float]]:
+    def _sample(self, fn: Any, *, flush: bool = True) -> dict[str, list[float]]:
         from aka.hardware import sample_windows
 
-        got = sample_windows(fn, n_samples=self.cfg["max_samples"], flush=self.flush,
+        got = sample_windows(fn, n_samples=self.cfg["max_samples"], flush=self.flush if flush else None,
                              warmup_s=self.cfg["warmup_ms"] / 1000.0, budget_s=self.cfg["sample_budget_s"],
                              min_samples=self.cfg["min_samples"])
         return {"stream_us": list(got.stream_us), "device_us": list(got.device_us)}
@@ -91,6 +92,9 @@ class TimingSession:
             self.baselines[shape["id"]] = entry
         torch.cuda.synchronize()
         self.launch_floor = self._sample(lambda i: self.empty(i))
+        # The same empty call without the flush in front: the host, not the GPU, is then the slow
+        # side, as for launch-bound candidates, and its sync wake-up gap is larger.
+        self.empty_unflushed = self._sample(lambda i: self.empty(i), flush=False)
         self.fingerprints = self._fingerprint()
 
     def _fingerprint(self) -> dict[str, str]:
@@ -158,7 +162,7 @@ class TimingSession:
                 files[str(k)] = {"file": path.name, "seed": seeds[k % len(seeds)]}
             rows.append({"shape_id": shape["id"], "candidate": cand, "baselines": base, "timed_files": files})
         self.check_fingerprints("after timing")
-        return {"launch_floor": self.launch_floor, "shapes": rows, "baseline_errors": self.baseline_errors,
+        return {"launch_floor": self.launch_floor, "empty_unflushed": self.empty_unflushed, "shapes": rows, "baseline_errors": self.baseline_errors,
                 "clocks_before": self.clocks_before, "clocks_after": _read_clocks()}
 
     def _baseline_call(self, shape_id: str, name: str) -> Any:
