@@ -117,6 +117,12 @@ class BenchConfig(_Section):
     sample_budget_s: float = Field(default=1.5, gt=0, description="Time budget for samples.")
     l2_flush_factor: float = Field(default=2.0, ge=2.0, description="L2 flush buffer / L2 size.")
     rotating_sets: int = Field(default=3, ge=1, description="Input sets at distinct addresses.")
+    host_lead_us: float = Field(
+        default=50.0,
+        ge=0,
+        description="GPU busy-wait queued after the L2 flush, so host launch overhead up to the "
+        "flush time plus this stays outside the window (the window times the device, as ncu does).",
+    )
     mismatch_abs_us: float = Field(default=5.0, ge=0, description="timing_mismatch: absolute.")
     mismatch_rel: float = Field(default=0.10, ge=0, description="timing_mismatch: share of T.")
     suspicious_min_margin: float = Field(default=0.10, ge=0, description="m's lower bound.")
