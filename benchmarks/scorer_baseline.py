@@ -114,7 +114,8 @@ def _ncu_durations(problem: str, shape_ids: list[str], calls: int) -> dict[str, 
            "--problem", str(EXAMPLES / problem / "op.yaml"), "--candidate", str(EXAMPLES / problem / "candidate.py"),
            "--shapes", ",".join(shape_ids), "--calls", str(calls)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('"')]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"ncu failed ({proc.returncode}): {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
