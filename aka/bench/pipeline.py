@@ -293,7 +293,7 @@ class Scorer:
         return {"enabled": True, "warmup_ms": c.warmup_ms, "min_samples": c.min_samples,
                 "max_samples": c.max_samples, "sample_budget_s": c.sample_budget_s,
                 "l2_flush_factor": c.l2_flush_factor, "rotating_sets": c.rotating_sets, "baselines": baselines,
-                "host_lead_us": c.host_lead_us,
+                "host_lead_us": c.host_lead_us, "l2_flush_mode": c.l2_flush_mode,
                 "skip_compile": cached_compile_shapes(self, run)}
 
     def _judge_correctness(self, run: _Run, ref: _Reference, handle: Any) -> Verdict:

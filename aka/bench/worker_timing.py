@@ -52,7 +52,8 @@ class TimingSession:
         self.rt, self.task, self.ev = rt, task, ev
         self.cfg: dict[str, Any] = task["timing"]
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        flush_l2 = make_l2_flusher(int(props.L2_cache_size), self.cfg["l2_flush_factor"])
+        flush_l2 = make_l2_flusher(int(props.L2_cache_size), self.cfg["l2_flush_factor"],
+                                   mode=self.cfg.get("l2_flush_mode", "read"))
         # After the flush, a busy-wait keeps the GPU occupied while the host launches the call, so
         # the window starts on a busy device and times the device's work, not Python's.
         lead_cycles = int(self.cfg.get("host_lead_us", 0.0) * getattr(props, "clock_rate", 1_500_000) / 1e3)

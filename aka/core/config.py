@@ -116,6 +116,9 @@ class BenchConfig(_Section):
     max_samples: int = Field(default=1000, ge=5, description="Timed samples per shape, at most.")
     sample_budget_s: float = Field(default=1.5, gt=0, description="Time budget for samples.")
     l2_flush_factor: float = Field(default=2.0, ge=2.0, description="L2 flush buffer / L2 size.")
+    l2_flush_mode: Literal["read", "write"] = Field(
+        default="read", description="Evict L2 by reading a buffer (clean lines) or writing it."
+    )
     rotating_sets: int = Field(default=3, ge=1, description="Input sets at distinct addresses.")
     host_lead_us: float = Field(
         default=50.0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
@@ -96,16 +96,23 @@ def sample_windows(
 
 
 def make_l2_flusher(
-    l2_bytes: int, factor: float = 2.0, device: torch.device | str | None = None
+    l2_bytes: int,
+    factor: float = 2.0,
+    device: torch.device | str | None = None,
+    mode: Literal["read", "write"] = "read",
 ) -> Callable[[], None]:
-    """Allocate a buffer of ``factor`` x L2 once; return a closure that zeroes it (cold L2).
+    """Allocate a buffer of ``factor`` x L2 once; return a closure that evicts L2 through it.
 
-    The zeroing runs on the current stream, so it is ordered before the next timed call.
+    ``read`` (default) sums the buffer: L2 is left holding clean lines, so the timed kernel pays
+    no write-back of the flush's data (as with Nsight Compute's cache invalidation). ``write``
+    zeroes it, leaving dirty lines the next kernel must write back. Either runs on the current
+    stream, so it is ordered before the next timed call.
 
     Args:
         l2_bytes: L2 size of the device (``DeviceInfo.l2_bytes``).
         factor: Buffer size as a multiple of L2; 2 evicts everything an LRU-like L2 held.
         device: Where to allocate; None means the current CUDA device.
+        mode: Evict by reading (clean L2) or by writing (dirty L2).
 
     Returns:
         A function that evicts L2 when called.
@@ -117,10 +124,14 @@ def make_l2_flusher(
 
     if l2_bytes <= 0 or factor <= 0:
         raise ValueError(f"l2_bytes ({l2_bytes}) and factor ({factor}) must be positive")
-    buf = torch.empty(int(l2_bytes * factor), dtype=torch.int8, device=device or "cuda")
+    n_words = max(1, int(l2_bytes * factor) // 4)
+    buf = torch.zeros(n_words, dtype=torch.int32, device=device or "cuda")
 
     def flush() -> None:
-        buf.zero_()
+        if mode == "read":
+            torch.sum(buf)
+        else:
+            buf.zero_()
 
     return flush
 
