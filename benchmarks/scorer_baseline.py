@@ -1,5 +1,7 @@
-"""Scorer baseline on the GPU: ceilings, eager / torch.compile / Triton scored on rms_norm and
-softmax, the scorer's repeatability across fresh workers, and its agreement with Nsight Compute.
+"""Scorer baseline on the GPU (issue #2).
+
+Measures the ceilings; scores eager, torch.compile and Triton on rms_norm and softmax; checks the
+scorer's repeatability across fresh workers and its agreement with Nsight Compute.
 
 Run on the GPU machine from the repository root:
 
@@ -45,18 +47,31 @@ def _row(problem: str, candidate: str, result: Any) -> list[dict[str, Any]]:
     rows = []
     for s in result.shapes:
         base = {k: v.median for k, v in s.baselines_us.items()}
-        rows.append({
-            "problem": problem, "candidate": candidate, "shape_id": s.shape_id, "verdict": s.verdict.value,
-            "t_us": s.latency_us.median if s.latency_us else None,
-            "t_iqr_us": s.latency_us.iqr if s.latency_us else None,
-            "n": s.latency_us.n if s.latency_us else None,
-            "device_window_us": s.device_window_us.median if s.device_window_us else None,
-            "eager_us": base.get("eager"), "compile_us": base.get("torch_compile"),
-            "t_sol_us": s.t_sol_us, "bound": s.bound, "sol": s.sol_fraction,
-            "sol_eager": s.t_sol_us / base["eager"] if s.t_sol_us and base.get("eager") else None,
-            "sol_compile": s.t_sol_us / base["torch_compile"] if s.t_sol_us and base.get("torch_compile") else None,
-            "flags": s.flags, "rel_l2_err": s.rel_l2_err,
-        })
+        rows.append(
+            {
+                "problem": problem,
+                "candidate": candidate,
+                "shape_id": s.shape_id,
+                "verdict": s.verdict.value,
+                "t_us": s.latency_us.median if s.latency_us else None,
+                "t_iqr_us": s.latency_us.iqr if s.latency_us else None,
+                "n": s.latency_us.n if s.latency_us else None,
+                "device_window_us": s.device_window_us.median if s.device_window_us else None,
+                "eager_us": base.get("eager"),
+                "compile_us": base.get("torch_compile"),
+                "t_sol_us": s.t_sol_us,
+                "bound": s.bound,
+                "sol": s.sol_fraction,
+                "sol_eager": s.t_sol_us / base["eager"]
+                if s.t_sol_us and base.get("eager")
+                else None,
+                "sol_compile": s.t_sol_us / base["torch_compile"]
+                if s.t_sol_us and base.get("torch_compile")
+                else None,
+                "flags": s.flags,
+                "rel_l2_err": s.rel_l2_err,
+            }
+        )
     return rows
 
 
@@ -70,16 +85,23 @@ def phase_score(cache: Path) -> dict[str, Any]:
         raise SystemExit("no CUDA device")
     t0 = time.monotonic()
     ceilings = load_or_measure_ceilings(cache, info, remeasure=True)
-    out: dict[str, Any] = {"ceilings": ceilings.model_dump(mode="json"),
-                           "ceilings_wall_s": time.monotonic() - t0, "rows": [], "results": []}
+    out: dict[str, Any] = {
+        "ceilings": ceilings.model_dump(mode="json"),
+        "ceilings_wall_s": time.monotonic() - t0,
+        "rows": [],
+        "results": [],
+    }
     scorer = _scorer(cache)
     for problem in PROBLEMS:
         spec = load_problem(EXAMPLES / problem / "op.yaml")
         for cand in CANDIDATES:
             t0 = time.monotonic()
             result = scorer.evaluate(spec, (EXAMPLES / problem / cand).read_text())
-            print(f"{problem}/{cand}: {result.verdict.value} score={result.score} "
-                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            print(
+                f"{problem}/{cand}: {result.verdict.value} score={result.score} "
+                f"({time.monotonic() - t0:.0f} s)",
+                flush=True,
+            )
             if result.failure:
                 print(result.failure.message, result.failure.log_tail[-2000:], flush=True)
             out["rows"] += _row(problem, cand, result)
@@ -101,30 +123,69 @@ def phase_repeat(cache: Path, repeats: int) -> dict[str, Any]:
             print(f"repeat {problem} #{i}: {result.verdict.value}", flush=True)
             for s in result.shapes:
                 runs.setdefault(f"{problem}/{s.shape_id}", []).append(
-                    {"t_us": s.latency_us.median if s.latency_us else None,
-                     "eager_us": s.baselines_us["eager"].median if "eager" in s.baselines_us else None,
-                     "raw_us": result.manifest.raw_samples_us.get(s.shape_id, {}).get("stream_us")})
+                    {
+                        "t_us": s.latency_us.median if s.latency_us else None,
+                        "eager_us": s.baselines_us["eager"].median
+                        if "eager" in s.baselines_us
+                        else None,
+                        "raw_us": result.manifest.raw_samples_us.get(s.shape_id, {}).get(
+                            "stream_us"
+                        ),
+                    }
+                )
     return {"runs": runs}
 
 
 def _ncu_durations(problem: str, shape_ids: list[str], calls: int) -> dict[str, list[float]]:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", "gpu__time_duration.sum",
-           "--kernel-name", "regex:^_", "--csv", sys.executable, str(REPO / "benchmarks" / "ncu_target.py"),
-           "--problem", str(EXAMPLES / problem / "op.yaml"), "--candidate", str(EXAMPLES / problem / "candidate.py"),
-           "--shapes", ",".join(shape_ids), "--calls", str(calls)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))})
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--kernel-name",
+        "regex:^_",
+        "--csv",
+        sys.executable,
+        str(REPO / "benchmarks" / "ncu_target.py"),
+        "--problem",
+        str(EXAMPLES / problem / "op.yaml"),
+        "--candidate",
+        str(EXAMPLES / problem / "candidate.py"),
+        "--shapes",
+        ",".join(shape_ids),
+        "--calls",
+        str(calls),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])
+            ),
+        },
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('"')]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"ncu failed ({proc.returncode}): {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
+        raise RuntimeError(
+            f"ncu failed ({proc.returncode}): {proc.stderr[-2000:]} {proc.stdout[-2000:]}"
+        )
     durations = []
     for rec in csv.DictReader(io.StringIO("\n".join(lines))):
         if rec.get("Metric Name") == "gpu__time_duration.sum":
-            scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(rec.get("Metric Unit", ""), 1e-3)
+            scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(
+                rec.get("Metric Unit", ""), 1e-3
+            )
             durations.append(float(rec["Metric Value"].replace(",", "")) * scale)
-    per_shape = {sid: durations[i * calls:(i + 1) * calls] for i, sid in enumerate(shape_ids)}
+    per_shape = {sid: durations[i * calls : (i + 1) * calls] for i, sid in enumerate(shape_ids)}
     return per_shape
 
 
@@ -142,8 +203,10 @@ def phase_ncu(calls: int) -> dict[str, Any]:
             out[problem] = {"error": str(err)}
             print(f"ncu {problem}: {err}", flush=True)
             continue
-        out[problem] = {sid: {"ncu_us": d, "median_us": statistics.median(d) if d else None}
-                        for sid, d in per_shape.items()}
+        out[problem] = {
+            sid: {"ncu_us": d, "median_us": statistics.median(d) if d else None}
+            for sid, d in per_shape.items()
+        }
     return out
 
 
@@ -151,8 +214,12 @@ def _header() -> dict[str, Any]:
     from aka.hardware import detect_device, library_versions
 
     info = detect_device()
-    return {"device": info.model_dump(mode="json") if info else None, "date": datetime.now(UTC).isoformat(),
-            "versions": library_versions(), "host": os.uname().nodename}
+    return {
+        "device": info.model_dump(mode="json") if info else None,
+        "date": datetime.now(UTC).isoformat(),
+        "versions": library_versions(),
+        "host": os.uname().nodename,
+    }
 
 
 def _fmt(v: Any, spec: str = ".2f") -> str:
@@ -165,29 +232,42 @@ def print_tables(merged: dict[str, Any]) -> None:
     if score:
         c = score["ceilings"]
         rates = ", ".join(f"{k} {v / 1e12:.0f}" for k, v in sorted(c["rates_flops_per_s"].items()))
-        print(f"\nceilings ({c['device_name']}): {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; TFLOP/s {rates}; "
-              f"launch floor {_fmt(c.get('launch_floor_us'))} us")
-        print(f"\n{'problem/candidate':34} {'shape':22} {'T_sol':>8} {'eager':>8} {'compile':>8} {'triton':>8} "
-              f"{'S_eager':>7} {'S_comp':>7} {'S_trit':>7}  verdict")
+        print(
+            f"\nceilings ({c['device_name']}): {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s; TFLOP/s {rates}; "
+            f"launch floor {_fmt(c.get('launch_floor_us'))} us"
+        )
+        print(
+            f"\n{'problem/candidate':34} {'shape':22} {'T_sol':>8} {'eager':>8} {'compile':>8} {'triton':>8} "
+            f"{'S_eager':>7} {'S_comp':>7} {'S_trit':>7}  verdict"
+        )
         for r in score["rows"]:
-            print(f"{r['problem'] + '/' + r['candidate']:34} {r['shape_id']:22} {_fmt(r['t_sol_us']):>8} "
-                  f"{_fmt(r['eager_us']):>8} {_fmt(r['compile_us']):>8} {_fmt(r['t_us']):>8} "
-                  f"{_fmt(r['sol_eager'], '.1%'):>7} {_fmt(r['sol_compile'], '.1%'):>7} {_fmt(r['sol'], '.1%'):>7}  "
-                  f"{r['verdict']} {' '.join(r['flags'])}")
-    first = {f"{r['problem']}/{r['shape_id']}": r["t_us"] for r in score.get("rows", [])
-             if r["candidate"] == "candidate.py"}
+            print(
+                f"{r['problem'] + '/' + r['candidate']:34} {r['shape_id']:22} {_fmt(r['t_sol_us']):>8} "
+                f"{_fmt(r['eager_us']):>8} {_fmt(r['compile_us']):>8} {_fmt(r['t_us']):>8} "
+                f"{_fmt(r['sol_eager'], '.1%'):>7} {_fmt(r['sol_compile'], '.1%'):>7} {_fmt(r['sol'], '.1%'):>7}  "
+                f"{r['verdict']} {' '.join(r['flags'])}"
+            )
+    first = {
+        f"{r['problem']}/{r['shape_id']}": r["t_us"]
+        for r in score.get("rows", [])
+        if r["candidate"] == "candidate.py"
+    }
     runs = merged.get("repeat", {}).get("runs", {})
     ncu = merged.get("ncu", {})
     if runs or ncu:
-        print(f"\n{'problem/shape':38} {'worker medians us':>30} {'spread':>7} {'ncu us':>8} {'scorer/ncu':>10}")
+        print(
+            f"\n{'problem/shape':38} {'worker medians us':>30} {'spread':>7} {'ncu us':>8} {'scorer/ncu':>10}"
+        )
         for key, t_first in first.items():
             meds = [t_first] + [r["t_us"] for r in runs.get(key, []) if r["t_us"] is not None]
             spread = (max(meds) - min(meds)) / statistics.median(meds) if len(meds) > 1 else None
             problem, sid = key.split("/", 1)
             n = (ncu.get(problem) or {}).get(sid, {}) if isinstance(ncu.get(problem), dict) else {}
             ratio = t_first / n["median_us"] if n.get("median_us") else None
-            print(f"{key:38} {' '.join(_fmt(m) for m in meds):>30} {_fmt(spread, '.2%'):>7} "
-                  f"{_fmt(n.get('median_us')):>8} {_fmt(ratio, '.3f'):>10}")
+            print(
+                f"{key:38} {' '.join(_fmt(m) for m in meds):>30} {_fmt(spread, '.2%'):>7} "
+                f"{_fmt(n.get('median_us')):>8} {_fmt(ratio, '.3f'):>10}"
+            )
 
 
 def main() -> int:
@@ -220,7 +300,9 @@ def main() -> int:
             data["repeat"] = phase_repeat(cache, args.repeats)
         else:
             data["ncu"] = phase_ncu(args.ncu_calls)
-        (args.out / f"scorer_baseline_{args.phase}.json").write_text(json.dumps(data, indent=1) + "\n")
+        (args.out / f"scorer_baseline_{args.phase}.json").write_text(
+            json.dumps(data, indent=1) + "\n"
+        )
     print_tables(data)
     return 0
 

@@ -3,7 +3,13 @@
 Never calls an LLM and never imports ``aka.kb``.
 """
 
-from aka.bench.correctness import TOLERANCES, CheckOutcome, Tolerance, compare_outputs, tolerance_for
+from aka.bench.correctness import (
+    TOLERANCES,
+    CheckOutcome,
+    Tolerance,
+    compare_outputs,
+    tolerance_for,
+)
 from aka.bench.pipeline import Scorer
 from aka.bench.result import (
     Bound,

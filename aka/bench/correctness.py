@@ -67,8 +67,13 @@ class CheckOutcome:
         return self.verdict is Verdict.ACCEPTED
 
 
-def tolerance_for(dtype_name: str, *, allow_tf32: bool = False, reduction_len: int = 0,
-                  override: Tolerance | None = None) -> Tolerance:
+def tolerance_for(
+    dtype_name: str,
+    *,
+    allow_tf32: bool = False,
+    reduction_len: int = 0,
+    override: Tolerance | None = None,
+) -> Tolerance:
     """Pick the tolerance of an output dtype (``torch.float32`` -> ``float32``)."""
     key = dtype_name.replace("torch.", "")
     if override is not None:
@@ -77,7 +82,9 @@ def tolerance_for(dtype_name: str, *, allow_tf32: bool = False, reduction_len: i
         key = "tf32"
     tol = TOLERANCES.get(key, TOLERANCES["float32"])
     if reduction_len > LONG_REDUCTION and key in ("float32", "float16", "tf32"):
-        tol = Tolerance(tol.atol * LONG_REDUCTION_WIDEN, tol.rtol * LONG_REDUCTION_WIDEN, tol.atol_scale)
+        tol = Tolerance(
+            tol.atol * LONG_REDUCTION_WIDEN, tol.rtol * LONG_REDUCTION_WIDEN, tol.atol_scale
+        )
     return tol
 
 
@@ -104,7 +111,9 @@ def _float_check(out: Any, ref: Any, tol: Tolerance, name: str) -> CheckOutcome:
     ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
     if bool((out_nan & ~ref_nan).any()):
         n = int((out_nan & ~ref_nan).sum())
-        return CheckOutcome(Verdict.NON_FINITE, f"output {name!r}: {n} NaN where the reference is finite")
+        return CheckOutcome(
+            Verdict.NON_FINITE, f"output {name!r}: {n} NaN where the reference is finite"
+        )
     ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
     if bool((ref_inf != out_inf).any()) or bool((o[ref_inf] != r[ref_inf]).any()):
         verdict = Verdict.NON_FINITE if bool((out_inf & ~ref_inf).any()) else Verdict.WRONG_OUTPUT
@@ -116,32 +125,49 @@ def _float_check(out: Any, ref: Any, tol: Tolerance, name: str) -> CheckOutcome:
     ref_norm = float(torch.linalg.vector_norm(r)) if r.numel() else 0.0
     err_norm = float(torch.linalg.vector_norm(o - r)) if r.numel() else 0.0
     rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    atol = tol.atol * (ref_norm / math.sqrt(r.numel()) if tol.atol_scale == "rms" and r.numel() else 1.0)
+    atol = tol.atol * (
+        ref_norm / math.sqrt(r.numel()) if tol.atol_scale == "rms" and r.numel() else 1.0
+    )
     bad = diff > atol + tol.rtol * r.abs()
     if bool(bad.any()):
         idx = int(bad.nonzero()[0][0])
-        return CheckOutcome(Verdict.WRONG_OUTPUT,
-                            f"output {name!r}: {int(bad.sum())}/{bad.numel()} elements outside "
-                            f"atol={tol.atol:g} rtol={tol.rtol:g} (first at flat index {idx}: "
-                            f"{float(o[idx]):.6g} vs {float(r[idx]):.6g}); max |err| {max_abs:.3g}",
-                            max_abs, rel_l2)
+        return CheckOutcome(
+            Verdict.WRONG_OUTPUT,
+            f"output {name!r}: {int(bad.sum())}/{bad.numel()} elements outside "
+            f"atol={tol.atol:g} rtol={tol.rtol:g} (first at flat index {idx}: "
+            f"{float(o[idx]):.6g} vs {float(r[idx]):.6g}); max |err| {max_abs:.3g}",
+            max_abs,
+            rel_l2,
+        )
     if ref_norm > 0 and rel_l2 > tol.rtol:
-        return CheckOutcome(Verdict.WRONG_OUTPUT,
-                            f"output {name!r}: relative L2 error {rel_l2:.3g} > {tol.rtol:g}", max_abs, rel_l2)
+        return CheckOutcome(
+            Verdict.WRONG_OUTPUT,
+            f"output {name!r}: relative L2 error {rel_l2:.3g} > {tol.rtol:g}",
+            max_abs,
+            rel_l2,
+        )
     if ref_norm == 0 and err_norm > tol.atol * math.sqrt(max(1, r.numel())):
-        return CheckOutcome(Verdict.WRONG_OUTPUT, f"output {name!r}: reference is zero, output is not",
-                            max_abs, rel_l2)
+        return CheckOutcome(
+            Verdict.WRONG_OUTPUT,
+            f"output {name!r}: reference is zero, output is not",
+            max_abs,
+            rel_l2,
+        )
     return CheckOutcome(Verdict.ACCEPTED, "", max_abs, rel_l2)
 
 
-def _fp8_check(out: Any, ref: Any, out_scale: Any, ref_scale: Any, name: str, *, cpu: bool) -> CheckOutcome:
+def _fp8_check(
+    out: Any, ref: Any, out_scale: Any, ref_scale: Any, name: str, *, cpu: bool
+) -> CheckOutcome:
     import torch
 
     scale = _expand_scale(ref_scale, ref).double()
     o = out.float().double() * _expand_scale(out_scale, out).double()
     r = ref.float().double() * scale
     if bool(torch.isnan(o).any()):
-        return CheckOutcome(Verdict.NON_FINITE, f"fp8 output {name!r} holds NaN after dequantisation")
+        return CheckOutcome(
+            Verdict.NON_FINITE, f"fp8 output {name!r} holds NaN after dequantisation"
+        )
     diff = (o - r).abs()
     bad = diff > FP8_ELEMENT_RTOL * r.abs() + FP8_SUBNORMAL * scale
     ref_norm = float(torch.linalg.vector_norm(r))
@@ -156,11 +182,20 @@ def _fp8_check(out: Any, ref: Any, out_scale: Any, ref_scale: Any, name: str, *,
             flags.append("cpu_fp8_approximate")
             n_bad = 0
     if n_bad:
-        return CheckOutcome(Verdict.WRONG_OUTPUT, f"fp8 output {name!r}: {n_bad}/{bad.numel()} dequantised "
-                            f"elements off by more than one e4m3 step", max_abs, rel_l2)
+        return CheckOutcome(
+            Verdict.WRONG_OUTPUT,
+            f"fp8 output {name!r}: {n_bad}/{bad.numel()} dequantised "
+            f"elements off by more than one e4m3 step",
+            max_abs,
+            rel_l2,
+        )
     if rel_l2 > FP8_NORM_RTOL and not flags:
-        return CheckOutcome(Verdict.WRONG_OUTPUT, f"fp8 output {name!r}: dequantised relative L2 error "
-                            f"{rel_l2:.3g} > {FP8_NORM_RTOL}", max_abs, rel_l2)
+        return CheckOutcome(
+            Verdict.WRONG_OUTPUT,
+            f"fp8 output {name!r}: dequantised relative L2 error {rel_l2:.3g} > {FP8_NORM_RTOL}",
+            max_abs,
+            rel_l2,
+        )
     return CheckOutcome(Verdict.ACCEPTED, "", max_abs, rel_l2, flags)
 
 
@@ -170,29 +205,53 @@ def _exact_check(out: Any, ref: Any, name: str) -> CheckOutcome:
     if torch.equal(out, ref):
         return CheckOutcome(Verdict.ACCEPTED)
     n = int((out != ref).sum())
-    return CheckOutcome(Verdict.WRONG_OUTPUT, f"output {name!r}: {n}/{ref.numel()} values differ (exact match required)")
+    return CheckOutcome(
+        Verdict.WRONG_OUTPUT,
+        f"output {name!r}: {n}/{ref.numel()} values differ (exact match required)",
+    )
 
 
-def _structure_check(cand: dict[str, Any], ref: dict[str, Any], match_dtype: bool) -> CheckOutcome | None:
+def _structure_check(
+    cand: dict[str, Any], ref: dict[str, Any], match_dtype: bool
+) -> CheckOutcome | None:
     cs, rs = cand["structure"], ref["structure"]
     if cs["kind"] != rs["kind"] or cs["keys"] != rs["keys"]:
-        return CheckOutcome(Verdict.BAD_STRUCTURE, f"output is a {cs['kind']} with keys {cs['keys']}; "
-                            f"the reference returns a {rs['kind']} with keys {rs['keys']}")
+        return CheckOutcome(
+            Verdict.BAD_STRUCTURE,
+            f"output is a {cs['kind']} with keys {cs['keys']}; "
+            f"the reference returns a {rs['kind']} with keys {rs['keys']}",
+        )
     for key in rs["keys"]:
         o, r = cand["tensors"][key], ref["tensors"][key]
         if tuple(o.shape) != tuple(r.shape):
-            return CheckOutcome(Verdict.BAD_STRUCTURE, f"output {key!r} has shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+            return CheckOutcome(
+                Verdict.BAD_STRUCTURE,
+                f"output {key!r} has shape {tuple(o.shape)}, expected {tuple(r.shape)}",
+            )
         if match_dtype and o.dtype != r.dtype:
-            return CheckOutcome(Verdict.BAD_STRUCTURE, f"output {key!r} is {o.dtype}, expected {r.dtype}")
+            return CheckOutcome(
+                Verdict.BAD_STRUCTURE, f"output {key!r} is {o.dtype}, expected {r.dtype}"
+            )
         if cs.get("devices", {}).get(key) != rs.get("devices", {}).get(key):
-            return CheckOutcome(Verdict.BAD_STRUCTURE, f"output {key!r} is on {cs.get('devices', {}).get(key)}, "
-                                f"expected {rs.get('devices', {}).get(key)}")
+            return CheckOutcome(
+                Verdict.BAD_STRUCTURE,
+                f"output {key!r} is on {cs.get('devices', {}).get(key)}, "
+                f"expected {rs.get('devices', {}).get(key)}",
+            )
     return None
 
 
-def compare_outputs(cand: dict[str, Any], ref: dict[str, Any], *, fp8_scales: dict[str, str],
-                    allow_tf32: bool = False, reduction_len: int = 0, override: Tolerance | None = None,
-                    match_dtype: bool = True, cpu: bool = False) -> CheckOutcome:
+def compare_outputs(
+    cand: dict[str, Any],
+    ref: dict[str, Any],
+    *,
+    fp8_scales: dict[str, str],
+    allow_tf32: bool = False,
+    reduction_len: int = 0,
+    override: Tolerance | None = None,
+    match_dtype: bool = True,
+    cpu: bool = False,
+) -> CheckOutcome:
     """Compare one (shape, seed)'s candidate outputs with the reference's.
 
     Args:
@@ -224,12 +283,19 @@ def compare_outputs(cand: dict[str, Any], ref: dict[str, Any], *, fp8_scales: di
             else:
                 outcome = _fp8_check(o, r, cand["tensors"][key], ref["tensors"][key], name, cpu=cpu)
         elif r.is_floating_point():
-            tol = tolerance_for(str(r.dtype), allow_tf32=allow_tf32, reduction_len=reduction_len, override=override)
+            tol = tolerance_for(
+                str(r.dtype), allow_tf32=allow_tf32, reduction_len=reduction_len, override=override
+            )
             outcome = _float_check(o.to(r.dtype) if o.dtype != r.dtype else o, r, tol, name)
         else:
             outcome = _exact_check(o, r, name)
         if not outcome.ok:
             return outcome
-        worst = CheckOutcome(Verdict.ACCEPTED, "", max(worst.max_abs_err, outcome.max_abs_err),
-                             max(worst.rel_l2_err, outcome.rel_l2_err), sorted({*worst.flags, *outcome.flags}))
+        worst = CheckOutcome(
+            Verdict.ACCEPTED,
+            "",
+            max(worst.max_abs_err, outcome.max_abs_err),
+            max(worst.rel_l2_err, outcome.rel_l2_err),
+            sorted({*worst.flags, *outcome.flags}),
+        )
     return worst

@@ -35,8 +35,16 @@ def _baseline_cache_path(scorer: Scorer) -> Path:
 
 def _baseline_key(run: _Run, shape_id: str) -> str:
     device = run.device or {}
-    blob = json.dumps([run.problem.problem_hash(), shape_id, device.get("name"), device.get("driver_version"),
-                       run.versions], sort_keys=True)
+    blob = json.dumps(
+        [
+            run.problem.problem_hash(),
+            shape_id,
+            device.get("name"),
+            device.get("driver_version"),
+            run.versions,
+        ],
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -84,11 +92,15 @@ def scorer_ceilings(scorer: Scorer, info: DeviceInfo) -> DeviceCeilings:
         if measured is not None:
             save_ceilings(scorer.cache_dir, info, measured)
             return measured
-        logger.warning("measuring the ceilings of %s failed; pricing T_sol from its datasheet", info.name)
+        logger.warning(
+            "measuring the ceilings of %s failed; pricing T_sol from its datasheet", info.name
+        )
     sheet = datasheet_ceilings(info)
     if sheet is None:
-        raise BenchError(f"no ceilings for '{info.name}': measurement failed and no datasheet entry exists; "
-                         "run `aka hardware measure` and check its error")
+        raise BenchError(
+            f"no ceilings for '{info.name}': measurement failed and no datasheet entry exists; "
+            "run `aka hardware measure` and check its error"
+        )
     return sheet
 
 
@@ -96,15 +108,24 @@ def _measure_in_worker(scorer: Scorer) -> DeviceCeilings | None:
     from aka.bench.sandbox import start_worker
     from aka.hardware import DeviceCeilings
 
-    handle = start_worker({"role": "ceilings"}, {}, config=scorer.config, interpret=False,
-                          gpu_index=scorer.gpu_index, timeout_s=600.0)
+    handle = start_worker(
+        {"role": "ceilings"},
+        {},
+        config=scorer.config,
+        interpret=False,
+        gpu_index=scorer.gpu_index,
+        timeout_s=600.0,
+    )
     try:
         outcome = handle.finish()
     finally:
         handle.cleanup()
     result = outcome.result or {}
     if not result.get("ok"):
-        logger.warning("ceilings worker failed: %s", (result.get("error") or {}).get("message", outcome.log_tail[-500:]))
+        logger.warning(
+            "ceilings worker failed: %s",
+            (result.get("error") or {}).get("message", outcome.log_tail[-500:]),
+        )
         return None
     return DeviceCeilings.model_validate(result["ceilings"])
 
@@ -115,8 +136,13 @@ def _median_gap(windows: dict[str, list[float]]) -> float:
     return median([d - s for s, d in pairs]) if pairs else 0.0
 
 
-def judge_performance(scorer: Scorer, run: _Run, ref: _Reference, outcome: WorkerOutcome,
-                      progress: ProgressCallback | None) -> EvalResult:
+def judge_performance(
+    scorer: Scorer,
+    run: _Run,
+    ref: _Reference,
+    outcome: WorkerOutcome,
+    progress: ProgressCallback | None,
+) -> EvalResult:
     """Fill each shape's times, baselines, T_sol and S from the worker's samples; score."""
     from aka.bench.pipeline import _load_tensors
     from aka.hardware import CostCounts, DeviceInfo, apply_overrides, device_key, t_sol
@@ -126,57 +152,94 @@ def judge_performance(scorer: Scorer, run: _Run, ref: _Reference, outcome: Worke
         raise BenchError("the candidate worker returned no timing although the parent asked for it")
     info = DeviceInfo.model_validate(run.device)
     floor = latency_stats(timing["launch_floor"]["stream_us"])
-    empty_gap = max(_median_gap(timing["launch_floor"]), _median_gap(timing.get("empty_unflushed") or {}))
+    empty_gap = max(
+        _median_gap(timing["launch_floor"]), _median_gap(timing.get("empty_unflushed") or {})
+    )
     ceilings = scorer_ceilings(scorer, info).model_copy(
-        update={"launch_floor_us": floor.median, "launch_floor_iqr_us": floor.iqr})
+        update={"launch_floor_us": floor.median, "launch_floor_iqr_us": floor.iqr}
+    )
     margin = suspicious_margin(floor.median, floor.iqr, scorer.config.suspicious_min_margin)
     cached = _read_cache(_baseline_cache_path(scorer))
-    raw: dict[str, dict[str, list[float]]] = {"launch_floor": timing["launch_floor"],
-                                              "empty_unflushed": timing.get("empty_unflushed") or {}}
+    raw: dict[str, dict[str, list[float]]] = {
+        "launch_floor": timing["launch_floor"],
+        "empty_unflushed": timing.get("empty_unflushed") or {},
+    }
     new_compile: dict[str, LatencyStats] = {}
     for i, item in enumerate(timing["shapes"]):
         sid = item["shape_id"]
         emit(progress, ProgressEvent("bench", "score", sid, i, len(timing["shapes"])))
         row = run.rows[sid]
-        windows = judge_windows(item["candidate"]["stream_us"], item["candidate"]["device_us"], empty_gap_us=empty_gap,
-                                abs_us=scorer.config.mismatch_abs_us, rel=scorer.config.mismatch_rel)
+        windows = judge_windows(
+            item["candidate"]["stream_us"],
+            item["candidate"]["device_us"],
+            empty_gap_us=empty_gap,
+            abs_us=scorer.config.mismatch_abs_us,
+            rel=scorer.config.mismatch_rel,
+        )
         raw[sid] = item["candidate"]
         baselines = {name: latency_stats(s["stream_us"]) for name, s in item["baselines"].items()}
-        new_compile.update({sid: baselines["torch_compile"]} if "torch_compile" in baselines else {})
+        new_compile.update(
+            {sid: baselines["torch_compile"]} if "torch_compile" in baselines else {}
+        )
         if "torch_compile" not in baselines and _baseline_key(run, sid) in cached:
-            baselines["torch_compile"] = LatencyStats.model_validate(cached[_baseline_key(run, sid)])
+            baselines["torch_compile"] = LatencyStats.model_validate(
+                cached[_baseline_key(run, sid)]
+            )
         shape = next(s for s in run.shapes if s.id == sid)
-        costs = apply_overrides(CostCounts.model_validate(ref.rows[sid]["costs"]), run.problem.roofline_overrides_for(sid),
-                                {**shape.init_kwargs, **shape.input_kwargs})
+        costs = apply_overrides(
+            CostCounts.model_validate(ref.rows[sid]["costs"]),
+            run.problem.roofline_overrides_for(sid),
+            {**shape.init_kwargs, **shape.input_kwargs},
+        )
         sol = t_sol(costs, ceilings)
         t_sol_us = sol.t_sol_s * 1e6
         s_frac, flags = sol_fraction(t_sol_us, windows.stream.median, margin)
         update: dict[str, Any] = {
-            "latency_us": windows.stream, "device_window_us": windows.device, "baselines_us": baselines,
-            "t_sol_us": t_sol_us, "bound": sol.bound, "sol_fraction": s_frac, "flags": [*row.flags, *flags],
-            "speedup_vs": {k: v.median / windows.stream.median for k, v in baselines.items()}}
+            "latency_us": windows.stream,
+            "device_window_us": windows.device,
+            "baselines_us": baselines,
+            "t_sol_us": t_sol_us,
+            "bound": sol.bound,
+            "sol_fraction": s_frac,
+            "flags": [*row.flags, *flags],
+            "speedup_vs": {k: v.median / windows.stream.median for k, v in baselines.items()},
+        }
         recheck = _recheck_timed(scorer, run, ref, outcome.workdir, item, _load_tensors)
         if windows.mismatch:
-            update |= {"verdict": Verdict.TIMING_MISMATCH, "sol_fraction": None, "failure": Failure(
-                kind=Verdict.TIMING_MISMATCH, message=f"shape {sid}: device-wide window exceeds the stream window "
-                f"by {windows.gap_us:.1f} us (allowed {windows.allowed_gap_us:.1f} us): work escaped the stream")}
+            update |= {
+                "verdict": Verdict.TIMING_MISMATCH,
+                "sol_fraction": None,
+                "failure": Failure(
+                    kind=Verdict.TIMING_MISMATCH,
+                    message=f"shape {sid}: device-wide window exceeds the stream window "
+                    f"by {windows.gap_us:.1f} us (allowed {windows.allowed_gap_us:.1f} us): "
+                    "work escaped the stream",
+                ),
+            }
         elif recheck is not None:
             update |= {"verdict": recheck.kind, "sol_fraction": None, "failure": recheck}
         run.rows[sid] = row.model_copy(update=update)
     _store_compile_times(scorer, run, new_compile)
     rows = [run.rows[s.id] for s in run.shapes]
     bad = next((r for r in rows if r.verdict is not Verdict.ACCEPTED), None)
-    extra = {"raw": raw, "ceilings": ceilings.model_dump(mode="json"), "device_key": device_key(info),
-             "clocks": {"before": timing.get("clocks_before"), "after": timing.get("clocks_after")}}
+    extra = {
+        "raw": raw,
+        "ceilings": ceilings.model_dump(mode="json"),
+        "device_key": device_key(info),
+        "clocks": {"before": timing.get("clocks_before"), "after": timing.get("clocks_after")},
+    }
     if timing.get("baseline_errors"):
         run.notes.append(f"baselines that failed to build: {timing['baseline_errors']}")
     if bad is not None:
         return scorer._finish(run, bad.verdict, bad.failure, measured=True, extra=extra)
-    return scorer._finish(run, Verdict.ACCEPTED, None, measured=True, score=problem_score(rows), extra=extra)
+    return scorer._finish(
+        run, Verdict.ACCEPTED, None, measured=True, score=problem_score(rows), extra=extra
+    )
 
 
-def _recheck_timed(scorer: Scorer, run: _Run, ref: _Reference, workdir: Path, item: dict[str, Any],
-                   load: Any) -> Failure | None:
+def _recheck_timed(
+    scorer: Scorer, run: _Run, ref: _Reference, workdir: Path, item: dict[str, Any], load: Any
+) -> Failure | None:
     """Outputs of timed calls must still be right (no caching keyed on the first call).
 
     Problems with ``in_place`` inputs are skipped: repeated calls legitimately change their state.
@@ -185,9 +248,19 @@ def _recheck_timed(scorer: Scorer, run: _Run, ref: _Reference, workdir: Path, it
         return None
     for info in item.get("timed_files", {}).values():
         cand = load(workdir / info["file"])
-        outcome = scorer._compare(run, ref, item["shape_id"], int(info["seed"]), cand, scorer._override(run),
-                                  with_extra=False)
+        outcome = scorer._compare(
+            run,
+            ref,
+            item["shape_id"],
+            int(info["seed"]),
+            cand,
+            scorer._override(run),
+            with_extra=False,
+        )
         if not outcome.ok:
-            return Failure(kind=outcome.verdict, message=f"shape {item['shape_id']}: output of a timed call is "
-                           f"wrong: {outcome.message}")
+            return Failure(
+                kind=outcome.verdict,
+                message=f"shape {item['shape_id']}: output of a timed call is "
+                f"wrong: {outcome.message}",
+            )
     return None

@@ -1,5 +1,6 @@
-"""The scorer's pipeline of gates (ARCHITECTURE.md §4): screen -> compile -> correctness ->
-[engagement, a later issue] -> performance -> score.
+"""The scorer's pipeline of gates (ARCHITECTURE.md §4).
+
+Stages: screen -> compile -> correctness -> [engagement, a later issue] -> performance -> score.
 
 Owns the order of the stages, the workers' lifecycle and every verdict. Reference outputs are held
 here, in the parent (in memory only: never on disk where a candidate could read them); the
@@ -20,7 +21,15 @@ from aka.bench.correctness import CheckOutcome, Tolerance, compare_outputs, tole
 from aka.bench.result import EvalResult, Failure, Manifest, ShapeResult, Verdict
 from aka.bench.sandbox import WorkerOutcome, start_worker
 from aka.bench.screen import screen_source
-from aka.core import BaselineError, BenchConfig, ProgressCallback, ProgressEvent, SandboxError, SpecError, emit
+from aka.core import (
+    BaselineError,
+    BenchConfig,
+    ProgressCallback,
+    ProgressEvent,
+    SandboxError,
+    SpecError,
+    emit,
+)
 from aka.spec import ProblemFormat, ProblemSpec, ShapeCase, Split
 
 __all__ = ["Scorer"]
@@ -78,8 +87,14 @@ class Scorer:
         gpu_index: The GPU the workers see.
     """
 
-    def __init__(self, config: BenchConfig, cache_dir: Path, *, device: Literal["auto", "cpu", "cuda"] = "auto",
-                 gpu_index: int = 0) -> None:
+    def __init__(
+        self,
+        config: BenchConfig,
+        cache_dir: Path,
+        *,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+        gpu_index: int = 0,
+    ) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.gpu_index = gpu_index
@@ -97,8 +112,10 @@ class Scorer:
         if device == "cuda":
             from aka.core import UnsupportedHardwareError
 
-            raise UnsupportedHardwareError("--device cuda was asked for but torch sees no CUDA device; "
-                                           "drop --device to run the CPU interpreter")
+            raise UnsupportedHardwareError(
+                "--device cuda was asked for but torch sees no CUDA device; "
+                "drop --device to run the CPU interpreter"
+            )
         return "cpu_interpreter"
 
     @property
@@ -107,7 +124,9 @@ class Scorer:
         return self.mode == "cpu_interpreter"
 
     # ---------------------------------------------------------------- selection
-    def select_shapes(self, problem: ProblemSpec, shape_ids: list[str] | None) -> tuple[list[ShapeCase], list[str]]:
+    def select_shapes(
+        self, problem: ProblemSpec, shape_ids: list[str] | None
+    ) -> tuple[list[ShapeCase], list[str]]:
         """Pick the shapes to run: named ones, else smoke on the CPU and non-smoke on a GPU.
 
         Raises:
@@ -117,22 +136,34 @@ class Scorer:
         if shape_ids:
             unknown = [i for i in shape_ids if i not in known]
             if unknown:
-                raise SpecError(f"unknown shape id(s) {unknown}; the problem has {known}",
-                                file=problem.source_path, field="--shapes")
+                raise SpecError(
+                    f"unknown shape id(s) {unknown}; the problem has {known}",
+                    file=problem.source_path,
+                    field="--shapes",
+                )
             chosen = problem.shapes_in(ids=shape_ids)
         elif self.cpu:
             chosen = problem.shapes_in({Split.SMOKE})
             if not chosen:
-                raise SpecError("no 'smoke' shapes to run on the CPU interpreter; add cases with "
-                                f"split: smoke or pass --shapes (ids: {known})", file=problem.source_path)
+                raise SpecError(
+                    "no 'smoke' shapes to run on the CPU interpreter; add cases with "
+                    f"split: smoke or pass --shapes (ids: {known})",
+                    file=problem.source_path,
+                )
         else:
             chosen = problem.shapes_in({Split.TUNE, Split.HOLDOUT})
         ids = {s.id for s in chosen}
         return chosen, [i for i in known if i not in ids]
 
     # ---------------------------------------------------------------- evaluate
-    def evaluate(self, problem: ProblemSpec, candidate_source: str, *, shape_ids: list[str] | None = None,
-                 progress: ProgressCallback | None = None) -> EvalResult:
+    def evaluate(
+        self,
+        problem: ProblemSpec,
+        candidate_source: str,
+        *,
+        shape_ids: list[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> EvalResult:
         """Score one candidate on one problem.
 
         Args:
@@ -150,11 +181,15 @@ class Scorer:
             SandboxError: The harness failed.
         """
         shapes, skipped = self.select_shapes(problem, shape_ids)
-        run = _Run(problem=problem, source=candidate_source, shapes=shapes, skipped=skipped, mode=self.mode)
+        run = _Run(
+            problem=problem, source=candidate_source, shapes=shapes, skipped=skipped, mode=self.mode
+        )
         if self.cpu:
-            run.notes.append("CPU interpreter (TRITON_INTERPRET=1): performance was not measured; "
-                             "bf16 arithmetic and ~3% of fp8 casts are approximate there; GPU verdicts "
-                             "are authoritative.")
+            run.notes.append(
+                "CPU interpreter (TRITON_INTERPRET=1): performance was not measured; "
+                "bf16 arithmetic and ~3% of fp8 casts are approximate there; GPU verdicts "
+                "are authoritative."
+            )
         emit(progress, ProgressEvent("bench", "screen", "static screen", 0, 1))
         early = self._screen(run)
         if early is not None:
@@ -163,65 +198,149 @@ class Scorer:
         run.device, run.versions = ref.device, ref.versions
         return self._run_candidate(run, ref, progress)
 
-    def _finish(self, run: _Run, verdict: Verdict, failure: Failure | None, *, measured: bool = False,
-                score: float | None = None, extra: dict[str, Any] | None = None) -> EvalResult:
+    def _finish(
+        self,
+        run: _Run,
+        verdict: Verdict,
+        failure: Failure | None,
+        *,
+        measured: bool = False,
+        score: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> EvalResult:
         extra = extra or {}
         device = run.device or {}
         manifest = Manifest(
-            source_sha256=_sha256(run.source), problem_sha256=run.problem.problem_hash(),
-            problem_name=run.problem.name, device=device.get("name"), device_key=extra.get("device_key"),
-            driver=device.get("driver_version"), clocks=extra.get("clocks", {}), versions=run.versions,
-            seeds=list(self.config.seeds), weights_mode=run.weights_mode, mode=run.mode, sandbox=run.sandbox,
-            ceilings=extra.get("ceilings", {}), raw_samples_us=extra.get("raw", {}), created_at=_now())
+            source_sha256=_sha256(run.source),
+            problem_sha256=run.problem.problem_hash(),
+            problem_name=run.problem.name,
+            device=device.get("name"),
+            device_key=extra.get("device_key"),
+            driver=device.get("driver_version"),
+            clocks=extra.get("clocks", {}),
+            versions=run.versions,
+            seeds=list(self.config.seeds),
+            weights_mode=run.weights_mode,
+            mode=run.mode,
+            sandbox=run.sandbox,
+            ceilings=extra.get("ceilings", {}),
+            raw_samples_us=extra.get("raw", {}),
+            created_at=_now(),
+        )
         rows = [run.rows[s.id] for s in run.shapes if s.id in run.rows]
         if verdict is not Verdict.ACCEPTED:
             score = 0.0
-        return EvalResult(verdict=verdict, failure=failure, performance_measured=measured, notes=run.notes,
-                          shapes=rows, skipped_shapes=run.skipped, score=score, manifest=manifest)
+        return EvalResult(
+            verdict=verdict,
+            failure=failure,
+            performance_measured=measured,
+            notes=run.notes,
+            shapes=rows,
+            skipped_shapes=run.skipped,
+            score=score,
+            manifest=manifest,
+        )
 
     def _screen(self, run: _Run) -> EvalResult | None:
         try:
             report = screen_source(run.source, allow=run.problem.screen_allow)
         except SyntaxError as err:
-            return self._finish(run, Verdict.COMPILE_ERROR, Failure(
-                kind=Verdict.COMPILE_ERROR, message=f"syntax error at line {err.lineno}: {err.msg}"))
+            return self._finish(
+                run,
+                Verdict.COMPILE_ERROR,
+                Failure(
+                    kind=Verdict.COMPILE_ERROR,
+                    message=f"syntax error at line {err.lineno}: {err.msg}",
+                ),
+            )
         if not report.passed:
             lines = "; ".join(f"[{f.rule}] line {f.line}: {f.message}" for f in report.findings[:5])
-            return self._finish(run, Verdict.SCREEN_REJECTED, Failure(
-                kind=Verdict.SCREEN_REJECTED, message=lines, findings=report.findings))
+            return self._finish(
+                run,
+                Verdict.SCREEN_REJECTED,
+                Failure(kind=Verdict.SCREEN_REJECTED, message=lines, findings=report.findings),
+            )
         if self.cpu and "cuda" in report.kernel_kinds:
-            return self._finish(run, Verdict.NOT_RUN, Failure(
-                kind=Verdict.NOT_RUN, message="CUDA C++ candidates need a CUDA device; run on a GPU machine"))
+            return self._finish(
+                run,
+                Verdict.NOT_RUN,
+                Failure(
+                    kind=Verdict.NOT_RUN,
+                    message="CUDA C++ candidates need a CUDA device; run on a GPU machine",
+                ),
+            )
         allowed = {d.value for d in run.problem.dsl}
         if "any" not in allowed and not ({*report.kernel_kinds} & allowed):
-            return self._finish(run, Verdict.SCREEN_REJECTED, Failure(
-                kind=Verdict.SCREEN_REJECTED,
-                message=f"kernels in {list(report.kernel_kinds)}; the problem allows {sorted(allowed)}"))
+            return self._finish(
+                run,
+                Verdict.SCREEN_REJECTED,
+                Failure(
+                    kind=Verdict.SCREEN_REJECTED,
+                    message=f"kernels in {list(report.kernel_kinds)}; "
+                    f"the problem allows {sorted(allowed)}",
+                ),
+            )
         if report.entry_class == "Model" and run.problem.format is not ProblemFormat.ATREX:
-            return self._finish(run, Verdict.SCREEN_REJECTED, Failure(
-                kind=Verdict.SCREEN_REJECTED, message="the candidate class must be named ModelNew"))
+            return self._finish(
+                run,
+                Verdict.SCREEN_REJECTED,
+                Failure(
+                    kind=Verdict.SCREEN_REJECTED,
+                    message="the candidate class must be named ModelNew",
+                ),
+            )
         run.sandbox["entry_class"] = report.entry_class
         return None
 
     # ---------------------------------------------------------------- workers
     def _task(self, role: str, problem: ProblemSpec, shapes: list[ShapeCase]) -> dict[str, Any]:
-        return {"role": role, "problem": problem.to_worker_json(),
-                "shapes": [s.model_dump(mode="json") for s in shapes], "seeds": list(self.config.seeds),
-                "device": "cpu" if self.cpu else "cuda", "describe_device": not self.cpu}
+        return {
+            "role": role,
+            "problem": problem.to_worker_json(),
+            "shapes": [s.model_dump(mode="json") for s in shapes],
+            "seeds": list(self.config.seeds),
+            "device": "cpu" if self.cpu else "cuda",
+            "describe_device": not self.cpu,
+        }
 
-    def _start(self, task: dict[str, Any], files: dict[str, str], timeout_s: float,
-               progress: ProgressCallback | None, total: int) -> Any:
+    def _start(
+        self,
+        task: dict[str, Any],
+        files: dict[str, str],
+        timeout_s: float,
+        progress: ProgressCallback | None,
+        total: int,
+    ) -> Any:
         def relay(event: dict[str, Any]) -> None:
             if "shape_id" in event:
-                emit(progress, ProgressEvent("bench", str(event["stage"]), str(event["shape_id"]),
-                                             event.get("done"), total, {"shape_id": event["shape_id"]}))
+                emit(
+                    progress,
+                    ProgressEvent(
+                        "bench",
+                        str(event["stage"]),
+                        str(event["shape_id"]),
+                        event.get("done"),
+                        total,
+                        {"shape_id": event["shape_id"]},
+                    ),
+                )
 
-        return start_worker(task, files, config=self.config, interpret=self.cpu,
-                            gpu_index=None if self.cpu else self.gpu_index, timeout_s=timeout_s, on_event=relay)
+        return start_worker(
+            task,
+            files,
+            config=self.config,
+            interpret=self.cpu,
+            gpu_index=None if self.cpu else self.gpu_index,
+            timeout_s=timeout_s,
+            on_event=relay,
+        )
 
-    def _reference(self, problem: ProblemSpec, shapes: list[ShapeCase],
-                   progress: ProgressCallback | None) -> _Reference:
-        key = _sha256(f"{problem.problem_hash()}|{[s.id for s in shapes]}|{self.config.seeds}|{self.mode}")
+    def _reference(
+        self, problem: ProblemSpec, shapes: list[ShapeCase], progress: ProgressCallback | None
+    ) -> _Reference:
+        key = _sha256(
+            f"{problem.problem_hash()}|{[s.id for s in shapes]}|{self.config.seeds}|{self.mode}"
+        )
         if key in self._references:
             return self._references[key]
         task = self._task("reference", problem, shapes) | {"count_costs": not self.cpu}
@@ -233,13 +352,19 @@ class Scorer:
                 err = result.get("error") or {}
                 raise BaselineError(
                     f"the reference of '{problem.name}' failed ({self._exit_text(outcome)}): "
-                    f"{err.get('message', 'no result')}\n{err.get('traceback', '') or outcome.log_tail[-1500:]}")
+                    f"{err.get('message', 'no result')}\n"
+                    f"{err.get('traceback', '') or outcome.log_tail[-1500:]}"
+                )
             outputs = {}
             for row in result["shapes"]:
                 for seed, name in row["files"].items():
                     outputs[(row["shape_id"], int(seed))] = _load_tensors(outcome.workdir / name)
-            ref = _Reference(outputs=outputs, rows={r["shape_id"]: r for r in result["shapes"]},
-                             versions=result.get("versions", {}), device=result.get("device"))
+            ref = _Reference(
+                outputs=outputs,
+                rows={r["shape_id"]: r for r in result["shapes"]},
+                versions=result.get("versions", {}),
+                device=result.get("device"),
+            )
         finally:
             handle.cleanup()
         self._references[key] = ref
@@ -253,23 +378,37 @@ class Scorer:
             return f"killed by signal {outcome.signal}"
         return f"exit code {outcome.returncode}"
 
-    def _run_candidate(self, run: _Run, ref: _Reference, progress: ProgressCallback | None) -> EvalResult:
+    def _run_candidate(
+        self, run: _Run, ref: _Reference, progress: ProgressCallback | None
+    ) -> EvalResult:
         task = self._task("candidate", run.problem, run.shapes) | {
-            "candidate_file": "candidate.py", "entry_class": run.sandbox["entry_class"],
-            "poison_bytes": {sid: min(_MAX_POISON_BYTES, 2 * _output_bytes(ref, sid, self.config.seeds[0]))
-                             for sid in (s.id for s in run.shapes)},
+            "candidate_file": "candidate.py",
+            "entry_class": run.sandbox["entry_class"],
+            "poison_bytes": {
+                sid: min(_MAX_POISON_BYTES, 2 * _output_bytes(ref, sid, self.config.seeds[0]))
+                for sid in (s.id for s in run.shapes)
+            },
             "timing": None if self.cpu else self._timing_task(run),
         }
-        handle = self._start(task, {"candidate.py": run.source}, self.config.worker_timeout_s, progress,
-                             len(run.shapes))
+        handle = self._start(
+            task,
+            {"candidate.py": run.source},
+            self.config.worker_timeout_s,
+            progress,
+            len(run.shapes),
+        )
         try:
             handle.wait_for_stage("correctness_done")
             verdict = self._judge_correctness(run, ref, handle)
             if not self.cpu:
                 handle.send("go.json", {"time": verdict is Verdict.ACCEPTED})
             outcome = handle.finish()
-            run.sandbox.update({"network_isolated": (outcome.result or {}).get("network_isolated"),
-                                "worker_wall_s": round(outcome.wall_s, 3)})
+            run.sandbox.update(
+                {
+                    "network_isolated": (outcome.result or {}).get("network_isolated"),
+                    "worker_wall_s": round(outcome.wall_s, 3),
+                }
+            )
             failure = self._worker_failure(run, outcome)
             if failure is not None:
                 return self._finish(run, failure.kind, failure)
@@ -289,12 +428,22 @@ class Scorer:
         from aka.bench.performance import cached_compile_shapes
 
         c = self.config
-        baselines = [b for b in run.problem.baselines if b != "torch_compile" or c.torch_compile_baseline]
-        return {"enabled": True, "warmup_ms": c.warmup_ms, "min_samples": c.min_samples,
-                "max_samples": c.max_samples, "sample_budget_s": c.sample_budget_s,
-                "l2_flush_factor": c.l2_flush_factor, "rotating_sets": c.rotating_sets, "baselines": baselines,
-                "host_lead_us": c.host_lead_us, "l2_flush_mode": c.l2_flush_mode,
-                "skip_compile": cached_compile_shapes(self, run)}
+        baselines = [
+            b for b in run.problem.baselines if b != "torch_compile" or c.torch_compile_baseline
+        ]
+        return {
+            "enabled": True,
+            "warmup_ms": c.warmup_ms,
+            "min_samples": c.min_samples,
+            "max_samples": c.max_samples,
+            "sample_budget_s": c.sample_budget_s,
+            "l2_flush_factor": c.l2_flush_factor,
+            "rotating_sets": c.rotating_sets,
+            "baselines": baselines,
+            "host_lead_us": c.host_lead_us,
+            "l2_flush_mode": c.l2_flush_mode,
+            "skip_compile": cached_compile_shapes(self, run),
+        }
 
     def _judge_correctness(self, run: _Run, ref: _Reference, handle: Any) -> Verdict:
         """Compare every saved candidate output with the reference; fill ``run.rows``."""
@@ -307,10 +456,18 @@ class Scorer:
             shape = next(s for s in run.shapes if s.id == row["shape_id"])
             outcome = self._check_shape(run, ref, handle.workdir, row, override)
             run.rows[shape.id] = ShapeResult(
-                shape_id=shape.id, split=shape.split, phase=shape.phase, weight=shape.weight,
-                verdict=outcome.verdict, flags=outcome.flags, max_abs_err=outcome.max_abs_err,
+                shape_id=shape.id,
+                split=shape.split,
+                phase=shape.phase,
+                weight=shape.weight,
+                verdict=outcome.verdict,
+                flags=outcome.flags,
+                max_abs_err=outcome.max_abs_err,
                 rel_l2_err=outcome.rel_l2_err,
-                failure=None if outcome.ok else Failure(kind=outcome.verdict, message=f"shape {shape.id}: {outcome.message}"))
+                failure=None
+                if outcome.ok
+                else Failure(kind=outcome.verdict, message=f"shape {shape.id}: {outcome.message}"),
+            )
             if not outcome.ok and overall is Verdict.ACCEPTED:
                 overall = outcome.verdict
         return overall
@@ -322,14 +479,25 @@ class Scorer:
         if tol is None:
             return None
         base = tolerance_for("float32")
-        return Tolerance(tol.atol if tol.atol is not None else base.atol,
-                         tol.rtol if tol.rtol is not None else base.rtol)
+        return Tolerance(
+            tol.atol if tol.atol is not None else base.atol,
+            tol.rtol if tol.rtol is not None else base.rtol,
+        )
 
-    def _check_shape(self, run: _Run, ref: _Reference, workdir: Path, row: dict[str, Any],
-                     override: Tolerance | None) -> CheckOutcome:
+    def _check_shape(
+        self,
+        run: _Run,
+        ref: _Reference,
+        workdir: Path,
+        row: dict[str, Any],
+        override: Tolerance | None,
+    ) -> CheckOutcome:
         if row["mutated"]:
-            return CheckOutcome(Verdict.MUTATED_INPUT, f"inputs {row['mutated']} changed; only "
-                                f"{run.problem.in_place or 'none'} may (in_place)")
+            return CheckOutcome(
+                Verdict.MUTATED_INPUT,
+                f"inputs {row['mutated']} changed; only "
+                f"{run.problem.in_place or 'none'} may (in_place)",
+            )
         worst = CheckOutcome(Verdict.ACCEPTED)
         for seed, name in row["files"].items():
             try:
@@ -340,27 +508,50 @@ class Scorer:
             if not outcome.ok:
                 outcome.message = f"seed {seed}: {outcome.message}"
                 return outcome
-            worst = CheckOutcome(Verdict.ACCEPTED, "", max(worst.max_abs_err, outcome.max_abs_err),
-                                 max(worst.rel_l2_err, outcome.rel_l2_err), sorted({*worst.flags, *outcome.flags}))
+            worst = CheckOutcome(
+                Verdict.ACCEPTED,
+                "",
+                max(worst.max_abs_err, outcome.max_abs_err),
+                max(worst.rel_l2_err, outcome.rel_l2_err),
+                sorted({*worst.flags, *outcome.flags}),
+            )
         return worst
 
-    def _compare(self, run: _Run, ref: _Reference, shape_id: str, seed: int, cand: dict[str, Any],
-                 override: Tolerance | None, *, with_extra: bool = True) -> CheckOutcome:
+    def _compare(
+        self,
+        run: _Run,
+        ref: _Reference,
+        shape_id: str,
+        seed: int,
+        cand: dict[str, Any],
+        override: Tolerance | None,
+        *,
+        with_extra: bool = True,
+    ) -> CheckOutcome:
         reference = ref.outputs[(shape_id, seed)]
         if not with_extra:
             reference, cand = reference | {"extra": {}}, cand | {"extra": {}}
         return compare_outputs(
-            cand, reference, fp8_scales=run.problem.fp8_scales or _default_fp8_scales(reference),
+            cand,
+            reference,
+            fp8_scales=run.problem.fp8_scales or _default_fp8_scales(reference),
             allow_tf32=run.problem.dtype_policy.allow_tf32,
-            reduction_len=int(ref.rows[shape_id].get("reduction_len", 0)), override=override,
-            match_dtype=run.problem.dtype_policy.match_output_dtype, cpu=self.cpu)
+            reduction_len=int(ref.rows[shape_id].get("reduction_len", 0)),
+            override=override,
+            match_dtype=run.problem.dtype_policy.match_output_dtype,
+            cpu=self.cpu,
+        )
 
     def _worker_failure(self, run: _Run, outcome: WorkerOutcome) -> Failure | None:
         """Turn a worker's abnormal end into a verdict (None when it finished normally)."""
         result, tail = outcome.result, outcome.log_tail[-3000:]
         if outcome.timed_out:
-            return Failure(kind=Verdict.TIMEOUT, message=f"the candidate did not finish within "
-                           f"{self.config.worker_timeout_s:.0f} s (stage {outcome.last_stage})", log_tail=tail)
+            return Failure(
+                kind=Verdict.TIMEOUT,
+                message=f"the candidate did not finish within "
+                f"{self.config.worker_timeout_s:.0f} s (stage {outcome.last_stage})",
+                log_tail=tail,
+            )
         if result is None:
             sig = outcome.signal
             if sig == _SIGXCPU:
@@ -371,14 +562,19 @@ class Scorer:
                 kind, why = Verdict.CRASH, f"crashed with signal {sig}"
             else:
                 kind, why = Verdict.CRASH, f"exited ({self._exit_text(outcome)}) without a result"
-            return Failure(kind=kind, message=f"the worker {why} in stage {outcome.last_stage}", log_tail=tail)
+            return Failure(
+                kind=kind, message=f"the worker {why} in stage {outcome.last_stage}", log_tail=tail
+            )
         if result.get("ok"):
             return None
         err = result.get("error") or {}
         kind = _FAILURE_KINDS.get(str(err.get("kind")), Verdict.RUNTIME_ERROR)
         where = f" on shape {err['shape_id']}" if err.get("shape_id") else ""
-        return Failure(kind=kind, message=f"{err.get('stage', '?')}{where}: {err.get('message', '')}",
-                       log_tail=(err.get("traceback") or "") + tail)
+        return Failure(
+            kind=kind,
+            message=f"{err.get('stage', '?')}{where}: {err.get('message', '')}",
+            log_tail=(err.get("traceback") or "") + tail,
+        )
 
 
 def _load_tensors(path: Path) -> dict[str, Any]:
@@ -399,7 +595,10 @@ def _output_bytes(ref: _Reference, shape_id: str, seed: int) -> int:
 def _default_fp8_scales(reference: dict[str, Any]) -> dict[str, str]:
     """A 2-tuple (fp8 values, float scales) pairs up by default."""
     keys, tensors = reference["structure"]["keys"], reference["tensors"]
-    if len(keys) == 2 and "float8" in str(tensors[keys[0]].dtype) and tensors[keys[1]].is_floating_point():
+    if (
+        len(keys) == 2
+        and "float8" in str(tensors[keys[0]].dtype)
+        and tensors[keys[1]].is_floating_point()
+    ):
         return {keys[0]: keys[1]}
     return {}
-

@@ -88,8 +88,14 @@ def flatten_outputs(out: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     elif isinstance(out, dict):
         kind, tensors = "dict", {str(k): check(str(k), v) for k, v in out.items()}
     else:
-        raise BadStructure(f"output is {type(out).__name__}; return a tensor, a tuple or a dict of tensors")
-    structure = {"kind": kind, "keys": list(tensors), "devices": {k: t.device.type for k, t in tensors.items()}}
+        raise BadStructure(
+            f"output is {type(out).__name__}; return a tensor, a tuple or a dict of tensors"
+        )
+    structure = {
+        "kind": kind,
+        "keys": list(tensors),
+        "devices": {k: t.device.type for k, t in tensors.items()},
+    }
     return structure, tensors
 
 
@@ -135,8 +141,10 @@ class ProblemRuntime:
 
         seed_everything(input_seed(seed))
         if self.kernelbench:
-            args = [a.to(self.device) if isinstance(a, torch.Tensor) else a
-                    for a in self.reference.get_inputs()]
+            args = [
+                a.to(self.device) if isinstance(a, torch.Tensor) else a
+                for a in self.reference.get_inputs()
+            ]
             return args, {}
         fn = getattr(self.inputs_module, self.problem["input_fn"])
         kwargs = dict(shape["input_kwargs"])
@@ -144,8 +152,12 @@ class ProblemRuntime:
             kwargs["device"] = self.device
         made = fn(**kwargs)
         if not isinstance(made, dict):
-            raise TypeError(f"{self.problem['input_fn']} returned {type(made).__name__}, not a dict")
-        return [], {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in made.items()}
+            raise TypeError(
+                f"{self.problem['input_fn']} returned {type(made).__name__}, not a dict"
+            )
+        return [], {
+            k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in made.items()
+        }
 
 
 def clone_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -158,8 +170,12 @@ def clone_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], di
     return [c(a) for a in args], {k: c(v) for k, v in kwargs.items()}
 
 
-def named_inputs(args: list[Any], kwargs: dict[str, Any], forward_params: list[str]) -> dict[str, Any]:
+def named_inputs(
+    args: list[Any], kwargs: dict[str, Any], forward_params: list[str]
+) -> dict[str, Any]:
     """Name positional inputs by forward's parameters (KernelBench) and merge keyword inputs."""
-    named = {forward_params[i] if i < len(forward_params) else f"arg{i}": a for i, a in enumerate(args)}
+    named = {
+        forward_params[i] if i < len(forward_params) else f"arg{i}": a for i, a in enumerate(args)
+    }
     named.update(kwargs)
     return named

@@ -9,6 +9,7 @@ results: the pipeline decides verdicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,9 +33,21 @@ logger = logging.getLogger(__name__)
 
 #: Variables a worker may inherit. Everything else (keys, tokens, AKA_* credentials) stays out.
 _ENV_ALLOW = (
-    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
-    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "CC", "CXX", "OMP_NUM_THREADS",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "TRITON_PTXAS_PATH",
+    "TRITON_LIBCUDA_PATH",
+    "CC",
+    "CXX",
+    "OMP_NUM_THREADS",
 )
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _POLL_S = 0.02
@@ -53,16 +66,21 @@ def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -
     env.update(OFFLINE_ENV_DEFAULTS)
     # The worker must import this very aka (and whatever the parent's PYTHONPATH adds, e.g. wheels
     # unpacked beside a system Python): put aka's own location first.
-    python_path = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env.update({
-        "HOME": str(workdir),
-        "TMPDIR": str(workdir),
-        "PYTHONPATH": os.pathsep.join(python_path),
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TRITON_CACHE_DIR": str(workdir / ".triton"),
-    })
+    python_path = [
+        str(Path(__file__).resolve().parents[2]),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
+    env.update(
+        {
+            "HOME": str(workdir),
+            "TMPDIR": str(workdir),
+            "PYTHONPATH": os.pathsep.join(python_path),
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "TRITON_CACHE_DIR": str(workdir / ".triton"),
+        }
+    )
     if interpret:
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -72,8 +90,14 @@ def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -
 
 
 def _limits(config: BenchConfig) -> Callable[[], None]:
-    cpu_s, fsize, nofile = config.cpu_time_limit_s, config.file_size_limit_mb << 20, config.open_files_limit
-    as_bytes = int(config.address_space_limit_gb * (1 << 30)) if config.address_space_limit_gb else None
+    cpu_s, fsize, nofile = (
+        config.cpu_time_limit_s,
+        config.file_size_limit_mb << 20,
+        config.open_files_limit,
+    )
+    as_bytes = (
+        int(config.address_space_limit_gb * (1 << 30)) if config.address_space_limit_gb else None
+    )
 
     def apply() -> None:  # runs in the child between fork and exec: no logging, no locks
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
@@ -168,10 +192,8 @@ class WorkerHandle:
         return time.monotonic() - self.started > self.timeout_s
 
     def _kill_group(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def finish(self) -> WorkerOutcome:
         """Wait for the worker to exit (killing its group on timeout) and collect its outcome."""
@@ -221,9 +243,16 @@ def _tail(path: Path, max_chars: int = 4000) -> str:
         return ""
 
 
-def start_worker(task: dict[str, Any], files: dict[str, str], *, config: BenchConfig, interpret: bool,
-                 gpu_index: int | None, timeout_s: float,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> WorkerHandle:
+def start_worker(
+    task: dict[str, Any],
+    files: dict[str, str],
+    *,
+    config: BenchConfig,
+    interpret: bool,
+    gpu_index: int | None,
+    timeout_s: float,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> WorkerHandle:
     """Start a worker on ``task`` in a fresh sandbox directory.
 
     Args:
@@ -259,5 +288,6 @@ def start_worker(task: dict[str, Any], files: dict[str, str], *, config: BenchCo
         raise SandboxError(f"cannot start a scorer worker with {sys.executable}: {err}") from err
     finally:
         log.close()
-    return WorkerHandle(proc=proc, workdir=workdir, started=time.monotonic(), timeout_s=timeout_s,
-                        on_event=on_event)
+    return WorkerHandle(
+        proc=proc, workdir=workdir, started=time.monotonic(), timeout_s=timeout_s, on_event=on_event
+    )

@@ -15,7 +15,9 @@ from aka.bench.stats import geomean
 __all__ = ["problem_score", "sol_fraction", "suspicious_margin"]
 
 
-def suspicious_margin(floor_median_us: float | None, floor_iqr_us: float | None, min_margin: float = 0.10) -> float:
+def suspicious_margin(
+    floor_median_us: float | None, floor_iqr_us: float | None, min_margin: float = 0.10
+) -> float:
     """Return m = max(min_margin, 3 x the launch floor's relative IQR)."""
     if not floor_median_us or floor_iqr_us is None:
         return min_margin

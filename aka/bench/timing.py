@@ -26,8 +26,14 @@ class WindowVerdict:
     mismatch: bool
 
 
-def judge_windows(stream_us: list[float], device_us: list[float], *, empty_gap_us: float,
-                  abs_us: float, rel: float) -> WindowVerdict:
+def judge_windows(
+    stream_us: list[float],
+    device_us: list[float],
+    *,
+    empty_gap_us: float,
+    abs_us: float,
+    rel: float,
+) -> WindowVerdict:
     """Compute stream/device-window statistics and apply the mismatch rule.
 
     Args:
@@ -40,5 +46,6 @@ def judge_windows(stream_us: list[float], device_us: list[float], *, empty_gap_u
     stream, device = latency_stats(stream_us), latency_stats(device_us)
     gap = median([d - s for s, d in zip(stream_us, device_us, strict=True)])
     allowed = empty_gap_us + max(abs_us, rel * stream.median)
-    return WindowVerdict(stream=stream, device=device, gap_us=gap, allowed_gap_us=allowed,
-                         mismatch=gap > allowed)
+    return WindowVerdict(
+        stream=stream, device=device, gap_us=gap, allowed_gap_us=allowed, mismatch=gap > allowed
+    )

@@ -32,7 +32,12 @@ __all__ = ["main"]
 _CLONE_NEWNET = 0x40000000
 _GO_FILE = "go.json"
 #: How allocators word running out of memory when they raise RuntimeError instead of MemoryError.
-_OOM_MARKERS = ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")
+_OOM_MARKERS = (
+    "out of memory",
+    "not enough memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+)
 
 
 class WorkerFailure(Exception):
@@ -43,8 +48,13 @@ class WorkerFailure(Exception):
         self.kind, self.stage, self.shape_id = kind, stage, shape_id
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": str(self), "stage": self.stage, "shape_id": self.shape_id,
-                "traceback": traceback.format_exc(limit=12)}
+        return {
+            "kind": self.kind,
+            "message": str(self),
+            "stage": self.stage,
+            "shape_id": self.shape_id,
+            "traceback": traceback.format_exc(limit=12),
+        }
 
 
 class EventLog:
@@ -74,21 +84,34 @@ def _classify(err: BaseException, stage: str) -> str:
 
     name = type(err).__name__
     text = str(err).lower()
-    if isinstance(err, torch.OutOfMemoryError | MemoryError) or any(m in text for m in _OOM_MARKERS):
+    if isinstance(err, torch.OutOfMemoryError | MemoryError) or any(
+        m in text for m in _OOM_MARKERS
+    ):
         return "oom"
     if isinstance(err, BadStructure):
         return "bad_structure"
-    if stage == "compile" or "CompilationError" in name or isinstance(err, SyntaxError | ImportError):
+    if (
+        stage == "compile"
+        or "CompilationError" in name
+        or isinstance(err, SyntaxError | ImportError)
+    ):
         return "compile_error"
     return "runtime_error"
 
 
-def _save(path: Path, structure: dict[str, Any], tensors: dict[str, Any], extra: dict[str, Any]) -> None:
+def _save(
+    path: Path, structure: dict[str, Any], tensors: dict[str, Any], extra: dict[str, Any]
+) -> None:
     import torch
 
-    torch.save({"structure": structure,
-                "tensors": {k: t.detach().to("cpu").clone() for k, t in tensors.items()},
-                "extra": {k: t.detach().to("cpu").clone() for k, t in extra.items()}}, path)
+    torch.save(
+        {
+            "structure": structure,
+            "tensors": {k: t.detach().to("cpu").clone() for k, t in tensors.items()},
+            "extra": {k: t.detach().to("cpu").clone() for k, t in extra.items()},
+        },
+        path,
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -118,9 +141,19 @@ def _same_tensor(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
-def _run_one(model: Any, rt: ProblemRuntime, shape: dict[str, Any], seed: int,
-             in_place: list[str], poison_bytes: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
-    """Call ``model`` once on fresh inputs; return structure, outputs, in-place inputs, mutated names."""
+def _run_one(
+    model: Any,
+    rt: ProblemRuntime,
+    shape: dict[str, Any],
+    seed: int,
+    in_place: list[str],
+    poison_bytes: int,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
+    """Call ``model`` once on fresh inputs.
+
+    Returns:
+        The output structure, the output tensors, the in-place inputs and the mutated input names.
+    """
     import torch
 
     args, kwargs = rt.make_inputs(shape, seed)
@@ -147,7 +180,9 @@ def _run_one(model: Any, rt: ProblemRuntime, shape: dict[str, Any], seed: int,
     return structure, tensors, inplace, mutated
 
 
-def run_reference(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path) -> dict[str, Any]:
+def run_reference(
+    task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path
+) -> dict[str, Any]:
     """Compute reference outputs for every shape and seed, and the roofline costs per shape."""
     rows = []
     for i, shape in enumerate(task["shapes"]):
@@ -155,17 +190,31 @@ def run_reference(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdi
         files, costs = {}, None
         for seed in task["seeds"]:
             model = rt.build_model(rt.reference.Model, shape, seed)
-            structure, tensors, inplace, _ = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
+            structure, tensors, inplace, _ = _run_one(
+                model, rt, shape, seed, task["problem"]["in_place"], 0
+            )
             path = workdir / f"ref_{i}_{seed}.pt"
             _save(path, structure, tensors, inplace)
             files[str(seed)] = path.name
         if task.get("count_costs"):
             costs = _count_costs(rt, shape, task)
         args, kwargs = rt.make_inputs(shape, task["seeds"][0])
-        lengths = [int(v.shape[-1]) for v in [*args, *kwargs.values()] if hasattr(v, "shape") and len(v.shape)]
-        rows.append({"shape_id": shape["id"], "files": files, "costs": costs,
-                     "reduction_len": max(lengths, default=0),
-                     "weights": sorted(model.state_dict().keys()) if hasattr(model, "state_dict") else []})
+        lengths = [
+            int(v.shape[-1])
+            for v in [*args, *kwargs.values()]
+            if hasattr(v, "shape") and len(v.shape)
+        ]
+        rows.append(
+            {
+                "shape_id": shape["id"],
+                "files": files,
+                "costs": costs,
+                "reduction_len": max(lengths, default=0),
+                "weights": sorted(model.state_dict().keys())
+                if hasattr(model, "state_dict")
+                else [],
+            }
+        )
     return {"ok": True, "shapes": rows, "versions": _versions()}
 
 
@@ -176,14 +225,18 @@ def _describe_device() -> dict[str, Any] | None:
     return None if info is None else dict(info.model_dump(mode="json"))
 
 
-def _count_costs(rt: ProblemRuntime, shape: dict[str, Any], task: dict[str, Any]) -> dict[str, Any] | None:
+def _count_costs(
+    rt: ProblemRuntime, shape: dict[str, Any], task: dict[str, Any]
+) -> dict[str, Any] | None:
     from aka.hardware import count_costs
 
     seed = task["seeds"][0]
     model = rt.build_model(rt.reference.Model, shape, seed)
     args, kwargs = rt.make_inputs(shape, seed)
     inputs: Any = named_inputs(args, kwargs, rt.problem["forward_params"]) if args else kwargs
-    counts = count_costs(model, inputs, allow_tf32=bool(task["problem"]["dtype_policy"]["allow_tf32"]))
+    counts = count_costs(
+        model, inputs, allow_tf32=bool(task["problem"]["dtype_policy"]["allow_tf32"])
+    )
     return dict(counts.model_dump(mode="json"))
 
 
@@ -194,14 +247,18 @@ def _load_weights(candidate: Any, reference: Any) -> str:
     ref_sd, cand_sd = reference.state_dict(), candidate.state_dict()
     if not ref_sd:
         return "none"
-    same = ref_sd.keys() == cand_sd.keys() and all(ref_sd[k].shape == cand_sd[k].shape for k in ref_sd)
+    same = ref_sd.keys() == cand_sd.keys() and all(
+        ref_sd[k].shape == cand_sd[k].shape for k in ref_sd
+    )
     if same:
         candidate.load_state_dict(ref_sd, strict=True)
         return "loaded"
     return "seeded"
 
 
-def run_candidate(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path) -> dict[str, Any]:
+def run_candidate(
+    task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path
+) -> dict[str, Any]:
     """Build baselines, import the candidate, check it on every shape and seed, then time it."""
     timing = task.get("timing") or {}
     from aka.bench.worker_timing import TimingSession  # CUDA-only helpers, imported lazily
@@ -214,7 +271,9 @@ def run_candidate(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdi
         module = load_module("candidate", workdir / task["candidate_file"])
         cls = getattr(module, task["entry_class"])
     except BaseException as err:  # a candidate's import failing is its verdict, not ours
-        raise WorkerFailure(_classify(err, "compile"), f"{type(err).__name__}: {err}", "compile") from err
+        raise WorkerFailure(
+            _classify(err, "compile"), f"{type(err).__name__}: {err}", "compile"
+        ) from err
     if session is not None:
         session.check_fingerprints("after import")
     rows, weights_mode = [], None
@@ -227,18 +286,29 @@ def run_candidate(task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdi
                 model = rt.build_model(cls, shape, seed)
                 weights_mode = _load_weights(model, rt.build_model(rt.reference.Model, shape, seed))
                 structure, tensors, inplace, mutated = _run_one(
-                    model, rt, shape, seed, task["problem"]["in_place"], task["poison_bytes"].get(shape["id"], 0))
+                    model,
+                    rt,
+                    shape,
+                    seed,
+                    task["problem"]["in_place"],
+                    task["poison_bytes"].get(shape["id"], 0),
+                )
             except BaseException as err:
-                raise WorkerFailure(_classify(err, stage), f"{type(err).__name__}: {err}", stage,
-                                    shape["id"]) from err
+                raise WorkerFailure(
+                    _classify(err, stage), f"{type(err).__name__}: {err}", stage, shape["id"]
+                ) from err
             path = workdir / f"cand_{i}_{seed}.pt"
             _save(path, structure, tensors, inplace)
             files[str(seed)] = path.name
             mutated_all.update(mutated)
         rows.append({"shape_id": shape["id"], "files": files, "mutated": sorted(mutated_all)})
     ev.emit("correctness_done", shapes=rows)
-    result: dict[str, Any] = {"ok": True, "shapes": rows, "weights_mode": weights_mode,
-                              "versions": _versions()}
+    result: dict[str, Any] = {
+        "ok": True,
+        "shapes": rows,
+        "weights_mode": weights_mode,
+        "versions": _versions(),
+    }
     if session is not None:
         result["timing"] = session.time_if_asked(cls, workdir, _wait_for_go(workdir, ev))
     return result
@@ -278,8 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         result = {"ok": False, "error": failure.to_json()}
     except BaseException as err:  # noqa: BLE001 - the worker's boundary: everything becomes data
         kind = "baseline" if task["role"] == "reference" else _classify(err, ev.stage)
-        result = {"ok": False, "error": {"kind": kind, "message": f"{type(err).__name__}: {err}",
-                                         "stage": ev.stage, "traceback": traceback.format_exc(limit=12)}}
+        result = {
+            "ok": False,
+            "error": {
+                "kind": kind,
+                "message": f"{type(err).__name__}: {err}",
+                "stage": ev.stage,
+                "traceback": traceback.format_exc(limit=12),
+            },
+        }
     return _finish(workdir, ev, result, isolated)
 
 
@@ -297,6 +374,8 @@ def _measure_ceilings() -> dict[str, Any]:
 
     info = detect_device()
     if info is None:
-        return {"ok": False, "error": {"kind": "harness", "message": "no CUDA device in the worker"}}
+        return {
+            "ok": False,
+            "error": {"kind": "harness", "message": "no CUDA device in the worker"},
+        }
     return {"ok": True, "ceilings": measure_ceilings(info).model_dump(mode="json")}
-

@@ -31,9 +31,16 @@ def _identity(obj: Any) -> str:
 def _read_clocks() -> dict[str, Any]:
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=5, check=False)
+            [
+                "nvidia-smi",
+                "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     parts = [p.strip() for p in out.stdout.strip().split(",")]
@@ -52,11 +59,16 @@ class TimingSession:
         self.rt, self.task, self.ev = rt, task, ev
         self.cfg: dict[str, Any] = task["timing"]
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        flush_l2 = make_l2_flusher(int(props.L2_cache_size), self.cfg["l2_flush_factor"],
-                                   mode=self.cfg.get("l2_flush_mode", "read"))
+        flush_l2 = make_l2_flusher(
+            int(props.L2_cache_size),
+            self.cfg["l2_flush_factor"],
+            mode=self.cfg.get("l2_flush_mode", "read"),
+        )
         # After the flush, a busy-wait keeps the GPU occupied while the host launches the call, so
         # the window starts on a busy device and times the device's work, not Python's.
-        lead_cycles = int(self.cfg.get("host_lead_us", 0.0) * getattr(props, "clock_rate", 1_500_000) / 1e3)
+        lead_cycles = int(
+            self.cfg.get("host_lead_us", 0.0) * getattr(props, "clock_rate", 1_500_000) / 1e3
+        )
 
         def flush() -> None:
             flush_l2()
@@ -75,13 +87,23 @@ class TimingSession:
     def _sample(self, fn: Any, *, flush: bool = True) -> dict[str, list[float]]:
         from aka.hardware import sample_windows
 
-        got = sample_windows(fn, n_samples=self.cfg["max_samples"], flush=self.flush if flush else None,
-                             warmup_s=self.cfg["warmup_ms"] / 1000.0, budget_s=self.cfg["sample_budget_s"],
-                             min_samples=self.cfg["min_samples"])
+        got = sample_windows(
+            fn,
+            n_samples=self.cfg["max_samples"],
+            flush=self.flush if flush else None,
+            warmup_s=self.cfg["warmup_ms"] / 1000.0,
+            budget_s=self.cfg["sample_budget_s"],
+            min_samples=self.cfg["min_samples"],
+        )
         return {"stream_us": list(got.stream_us), "device_us": list(got.device_us)}
 
-    def _input_sets(self, shape: dict[str, Any], seeds: list[int]) -> list[tuple[list[Any], dict[str, Any]]]:
-        return [self.rt.make_inputs(shape, seeds[k % len(seeds)]) for k in range(self.cfg["rotating_sets"])]
+    def _input_sets(
+        self, shape: dict[str, Any], seeds: list[int]
+    ) -> list[tuple[list[Any], dict[str, Any]]]:
+        return [
+            self.rt.make_inputs(shape, seeds[k % len(seeds)])
+            for k in range(self.cfg["rotating_sets"])
+        ]
 
     def build_baselines(self) -> None:
         """Build and warm the baselines, time the launch floor, record fingerprints."""
@@ -90,16 +112,23 @@ class TimingSession:
         self.ev.emit("baselines")
         for shape in self.task["shapes"]:
             eager = self.rt.build_model(self.rt.reference.Model, shape, self.task["seeds"][0])
-            sets = self._input_sets(shape, [_BASELINE_SEED + k for k in range(self.cfg["rotating_sets"])])
+            sets = self._input_sets(
+                shape, [_BASELINE_SEED + k for k in range(self.cfg["rotating_sets"])]
+            )
             entry: dict[str, Any] = {"sets": sets, "eager": eager}
-            if "torch_compile" in self.cfg["baselines"] and shape["id"] not in self.cfg["skip_compile"]:
+            if (
+                "torch_compile" in self.cfg["baselines"]
+                and shape["id"] not in self.cfg["skip_compile"]
+            ):
                 try:
                     compiled = torch.compile(eager)
                     with torch.no_grad():
                         compiled(*sets[0][0], **sets[0][1])
                     entry["torch_compile"] = compiled
                 except Exception as err:  # noqa: BLE001 - a baseline failing is recorded, not fatal
-                    self.baseline_errors[f"{shape['id']}/torch_compile"] = f"{type(err).__name__}: {err}"
+                    self.baseline_errors[f"{shape['id']}/torch_compile"] = (
+                        f"{type(err).__name__}: {err}"
+                    )
             self.baselines[shape["id"]] = entry
         torch.cuda.synchronize()
         self.launch_floor = self._sample(lambda i: self.empty(i))
@@ -163,18 +192,34 @@ class TimingSession:
 
             with torch.no_grad():
                 cand = self._sample(call)
-                base = {name: self._sample(self._baseline_call(shape["id"], name))
-                        for name in ("eager", "torch_compile") if name in self.baselines[shape["id"]]}
+                base = {
+                    name: self._sample(self._baseline_call(shape["id"], name))
+                    for name in ("eager", "torch_compile")
+                    if name in self.baselines[shape["id"]]
+                }
             files = {}
             for k, out in last.items():
                 structure, tensors = flatten_outputs(out)
                 path = workdir / f"timed_{i}_{k}.pt"
                 _save(path, structure, tensors, {})
                 files[str(k)] = {"file": path.name, "seed": seeds[k % len(seeds)]}
-            rows.append({"shape_id": shape["id"], "candidate": cand, "baselines": base, "timed_files": files})
+            rows.append(
+                {
+                    "shape_id": shape["id"],
+                    "candidate": cand,
+                    "baselines": base,
+                    "timed_files": files,
+                }
+            )
         self.check_fingerprints("after timing")
-        return {"launch_floor": self.launch_floor, "empty_unflushed": self.empty_unflushed, "shapes": rows, "baseline_errors": self.baseline_errors,
-                "clocks_before": self.clocks_before, "clocks_after": _read_clocks()}
+        return {
+            "launch_floor": self.launch_floor,
+            "empty_unflushed": self.empty_unflushed,
+            "shapes": rows,
+            "baseline_errors": self.baseline_errors,
+            "clocks_before": self.clocks_before,
+            "clocks_after": _read_clocks(),
+        }
 
     def _baseline_call(self, shape_id: str, name: str) -> Any:
         entry = self.baselines[shape_id]

@@ -34,18 +34,34 @@ def _read_candidate(path: Path) -> str:
 @app.command("score")
 def score(
     ctx: typer.Context,
-    problem: Annotated[Path, typer.Option("--problem", "-p", help="op.yaml, KernelBench .py or Atrex-Bench dir.")],
-    candidate: Annotated[Path, typer.Option("--candidate", "-c", help="The candidate kernel file.")],
-    format: Annotated[str | None, typer.Option("--format", help="Force the problem format: op.yaml, kernelbench, atrex.")] = None,
-    shapes: Annotated[str | None, typer.Option("--shapes", help="Comma-separated shape ids (default: smoke on CPU, all others on GPU).")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu (Triton interpreter) or cuda.")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the EvalResult as JSON on stdout.")] = False,
+    problem: Annotated[
+        Path, typer.Option("--problem", "-p", help="op.yaml, KernelBench .py or Atrex-Bench dir.")
+    ],
+    candidate: Annotated[
+        Path, typer.Option("--candidate", "-c", help="The candidate kernel file.")
+    ],
+    format: Annotated[
+        str | None,
+        typer.Option("--format", help="Force the problem format: op.yaml, kernelbench, atrex."),
+    ] = None,
+    shapes: Annotated[
+        str | None,
+        typer.Option(
+            "--shapes", help="Comma-separated shape ids (default: smoke on CPU, all others on GPU)."
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="auto, cpu (Triton interpreter) or cuda.")
+    ] = "auto",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the EvalResult as JSON on stdout.")
+    ] = False,
 ) -> None:
     """Score CANDIDATE on PROBLEM: screen, compile, correctness, timing and roofline score."""
-    from aka.bench import Scorer, Verdict
-    from aka.cli.render import eval_table, progress_bar
     from rich.markup import escape
 
+    from aka.bench import Scorer, Verdict
+    from aka.cli.render import eval_table, progress_bar
     from aka.core.console import err_console, out_console
     from aka.spec import load_problem
 
@@ -57,7 +73,9 @@ def score(
     shape_ids = [s.strip() for s in shapes.split(",") if s.strip()] if shapes else None
     chosen: Literal["auto", "cpu", "cuda"] = device  # type: ignore[assignment]
     scorer = Scorer(settings.bench, settings.paths.cache_dir, device=chosen)
-    with progress_bar(f"scoring {candidate.name}", enabled=not as_json and err_console.is_terminal) as on_event:
+    with progress_bar(
+        f"scoring {candidate.name}", enabled=not as_json and err_console.is_terminal
+    ) as on_event:
         result = scorer.evaluate(spec, source, shape_ids=shape_ids, progress=on_event)
     if as_json:
         out_console.print_json(result.model_dump_json())
@@ -69,11 +87,17 @@ def score(
             if result.failure.log_tail and settings.bench and ctx.find_root().params.get("debug"):
                 out_console.print(result.failure.log_tail, markup=False, highlight=False)
         for finding in result.failure.findings if result.failure else []:
-            out_console.print(f"  {finding.rule} line {finding.line}: {finding.message}", markup=False, highlight=False)
+            out_console.print(
+                f"  {finding.rule} line {finding.line}: {finding.message}",
+                markup=False,
+                highlight=False,
+            )
         for note in result.notes:
             out_console.print(f"note: {note}", highlight=False)
         if result.skipped_shapes:
-            out_console.print(f"skipped shapes: {', '.join(result.skipped_shapes)}", highlight=False)
+            out_console.print(
+                f"skipped shapes: {', '.join(result.skipped_shapes)}", highlight=False
+            )
         if result.score is not None and result.performance_measured:
             out_console.print(f"score (geomean SOL fraction): {result.score:.3f}")
     if result.verdict is Verdict.ACCEPTED:

@@ -48,9 +48,14 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    config: Annotated[str | None, typer.Option("--config", help="Settings profile: a YAML path or a name in configs/.")] = None,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", help="Settings profile: a YAML path or a name in configs/."),
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     """aka: optimize GPU kernels and score them with a harness they cannot fool."""
     from aka.core.console import setup_logging
@@ -81,18 +86,26 @@ def main(argv: list[str] | None = None) -> int:
             err_console.print_exception()
         from rich.markup import escape
 
-        err_console.print(f"[red]error[/red] {escape(f'[{err.code}] {err.message}')}", highlight=False)
+        err_console.print(
+            f"[red]error[/red] {escape(f'[{err.code}] {err.message}')}", highlight=False
+        )
         return _exit_code(err)
     except typer.Exit as done:
         return int(done.exit_code or 0)
     except typer.Abort:
         err_console.print("[red]aborted[/red]")
         return 130
-    except Exception as err:  # click's usage errors (typer may vendor click) and anything unexpected
-        if callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int):
+    except (
+        Exception
+    ) as err:  # click's usage errors (typer may vendor click) and anything unexpected
+        if callable(getattr(err, "show", None)) and isinstance(
+            getattr(err, "exit_code", None), int
+        ):
             err.show()  # type: ignore[attr-defined]
             return int(err.exit_code)  # type: ignore[attr-defined]
         logger.exception("unexpected error")
-        err_console.print(f"[red]internal error[/red]: {type(err).__name__}: {err} (rerun with --debug)")
+        err_console.print(
+            f"[red]internal error[/red]: {type(err).__name__}: {err} (rerun with --debug)"
+        )
         return EXIT_HARNESS
     return int(result or 0)

@@ -26,16 +26,24 @@ def progress_bar(description: str, *, enabled: bool = True) -> Iterator[Progress
     if not enabled:
         yield lambda event: None
         return
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                        console=err_console, transient=True)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
     with progress:
         task = progress.add_task(description, total=None)
 
         def on_event(event: ProgressEvent) -> None:
             text = f"{description}: {event.stage} {event.message}".rstrip()
             if event.total:
-                progress.update(task, description=text, completed=event.done or 0, total=event.total)
+                progress.update(
+                    task, description=text, completed=event.done or 0, total=event.total
+                )
             else:
                 progress.update(task, description=text)
 
@@ -48,15 +56,30 @@ def _us(stats: LatencyStats | None) -> str:
 
 def eval_table(result: EvalResult) -> Table:
     """One row per shape: verdict, time, baselines, T_sol and SOL fraction."""
-    table = Table(title=f"{result.manifest.problem_name}: {result.verdict.value}", title_justify="left")
+    table = Table(
+        title=f"{result.manifest.problem_name}: {result.verdict.value}", title_justify="left"
+    )
     table.add_column("shape", no_wrap=True)
-    for column in ("split", "verdict", "time us (med ±IQR)", "eager us", "compile us", "T_sol us", "SOL", "flags"):
+    for column in (
+        "split",
+        "verdict",
+        "time us (med ±IQR)",
+        "eager us",
+        "compile us",
+        "T_sol us",
+        "SOL",
+        "flags",
+    ):
         table.add_column(column, justify="right" if "us" in column or column == "SOL" else "left")
     for row in result.shapes:
         style = _VERDICT_STYLE.get(row.verdict, "red")
         table.add_row(
-            row.shape_id, row.split.value, f"[{style}]{row.verdict.value}[/{style}]", _us(row.latency_us),
-            _us(row.baselines_us.get("eager")), _us(row.baselines_us.get("torch_compile")),
+            row.shape_id,
+            row.split.value,
+            f"[{style}]{row.verdict.value}[/{style}]",
+            _us(row.latency_us),
+            _us(row.baselines_us.get("eager")),
+            _us(row.baselines_us.get("torch_compile")),
             "-" if row.t_sol_us is None else f"{row.t_sol_us:,.2f}",
             "-" if row.sol_fraction is None else f"{row.sol_fraction:.1%}",
             ", ".join(row.flags),

@@ -1,4 +1,4 @@
-"""aka.spec: problem and candidate contracts and their loaders; reads code with ``ast``, runs none."""
+"""aka.spec: problem and candidate contracts and their loaders; reads code with ast, runs none."""
 
 from aka.spec.expr import evaluate_quantity
 from aka.spec.loader import detect_format, load_problem, parse_op_yaml_text
@@ -17,8 +17,8 @@ from aka.spec.schema import op_yaml_json_schema
 from aka.spec.vocab import (
     Arch,
     ComputeUnit,
-    DType,
     Dsl,
+    DType,
     OpFamily,
     Phase,
     ProblemFormat,

@@ -83,8 +83,9 @@ def _parse_format(format: ProblemFormat | str, path: Path) -> ProblemFormat:
         return ProblemFormat(format)
     except ValueError as err:
         choices = ", ".join(f.value for f in ProblemFormat)
-        raise SpecError(f"unknown format {format!r}; use one of {choices}", file=str(path),
-                        field="--format") from err
+        raise SpecError(
+            f"unknown format {format!r}; use one of {choices}", file=str(path), field="--format"
+        ) from err
 
 
 def _read_text(path: Path) -> str:
@@ -106,8 +107,10 @@ def _validation_lines(err: ValidationError, raw: Any = None) -> list[str]:
         elif e["type"] == "missing":
             lines.append(f"{field}: required; add it (see docs/op-yaml.md)")
         else:
-            lines.append(f"{field}: {e['msg']} (got {e.get('input')!r:.60}); "
-                         "fix the value (see docs/op-yaml.md)")
+            lines.append(
+                f"{field}: {e['msg']} (got {e.get('input')!r:.60}); "
+                "fix the value (see docs/op-yaml.md)"
+            )
     return lines
 
 
@@ -141,8 +144,11 @@ def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> Prob
             f"not valid YAML: {_yaml_problem(err)}; fix the syntax", file=source
         ) from err
     if not isinstance(raw, dict):
-        raise SpecError("top level must be a mapping with 'name', 'reference', 'shapes'; "
-                        f"got {type(raw).__name__}", file=source)
+        raise SpecError(
+            "top level must be a mapping with 'name', 'reference', 'shapes'; "
+            f"got {type(raw).__name__}",
+            file=source,
+        )
     try:
         spec = OpYamlSpec.model_validate(raw)
     except ValidationError as err:
@@ -202,12 +208,16 @@ _GUARD_FIELDS = (
 
 def _resolve_path(rel: str, base_dir: Path | None, source: str, field: str) -> Path:
     if base_dir is None:
-        raise SpecError("a self-contained spec cannot use 'path'; inline it as 'code'/'cases'",
-                        file=source, field=field)
+        raise SpecError(
+            "a self-contained spec cannot use 'path'; inline it as 'code'/'cases'",
+            file=source,
+            field=field,
+        )
     path = (base_dir / rel).resolve()
     if not path.is_file():
-        raise SpecError(f"file {rel!r} not found (looked at {path}); fix the path", file=source,
-                        field=field)
+        raise SpecError(
+            f"file {rel!r} not found (looked at {path}); fix the path", file=source, field=field
+        )
     return path
 
 
@@ -220,8 +230,9 @@ class _Origin:
     label: str = ""
 
 
-def _resolve_code(rel: str | None, code: str | None, base_dir: Path | None, source: str,
-                  field: str) -> tuple[str, _Origin]:
+def _resolve_code(
+    rel: str | None, code: str | None, base_dir: Path | None, source: str, field: str
+) -> tuple[str, _Origin]:
     if code is not None:
         return code, _Origin(source, f"{field}.code", " of the inline code")
     path = _resolve_path(rel or "", base_dir, source, f"{field}.path")
@@ -235,12 +246,15 @@ def _read_shapes_file(path: Path, defaults: dict[str, Any] | None = None) -> lis
     except json.JSONDecodeError as err:
         raise SpecError(f"cannot parse shapes: {err}; fix the JSON", file=str(path)) from err
     except yaml.YAMLError as err:
-        raise SpecError(f"cannot parse shapes: {_yaml_problem(err)}; fix the YAML",
-                        file=str(path)) from err
+        raise SpecError(
+            f"cannot parse shapes: {_yaml_problem(err)}; fix the YAML", file=str(path)
+        ) from err
     return _shapes_from_raw(raw, str(path), defaults)
 
 
-def _shapes_from_raw(raw: Any, source: str, defaults: dict[str, Any] | None = None) -> list[ShapeCase]:
+def _shapes_from_raw(
+    raw: Any, source: str, defaults: dict[str, Any] | None = None
+) -> list[ShapeCase]:
     """Accept ``{id: {init_kwargs, input_kwargs, ...}}`` (Atrex-Bench) or a list of cases."""
     if isinstance(raw, dict):
         items: list[Any] = [
@@ -249,17 +263,23 @@ def _shapes_from_raw(raw: Any, source: str, defaults: dict[str, Any] | None = No
         labels = [f"shape {str(k)!r}" for k in raw]
     elif isinstance(raw, list):
         items = raw
-        labels = [f"shape #{i}" + (f" ({item['id']!r})" if isinstance(item, dict) and "id" in item
-                                   else "") for i, item in enumerate(raw)]
+        labels = [
+            f"shape #{i}"
+            + (f" ({item['id']!r})" if isinstance(item, dict) and "id" in item else "")
+            for i, item in enumerate(raw)
+        ]
     else:
-        raise SpecError("shapes must be a mapping id -> case or a list of cases; got "
-                        f"{type(raw).__name__}", file=source)
+        raise SpecError(
+            f"shapes must be a mapping id -> case or a list of cases; got {type(raw).__name__}",
+            file=source,
+        )
     cases: list[ShapeCase] = []
     errors: list[str] = []
     for label, item in zip(labels, items, strict=True):
         if not isinstance(item, dict):
-            errors.append(f"{label}: must be a mapping with init_kwargs and input_kwargs, "
-                          f"got {item!r:.40}")
+            errors.append(
+                f"{label}: must be a mapping with init_kwargs and input_kwargs, got {item!r:.40}"
+            )
             continue
         try:
             cases.append(ShapeCase.model_validate({**(defaults or {}), **item}))
@@ -284,7 +304,9 @@ def _load_atrex(directory: Path) -> ProblemSpec:
             raise SpecError(f"cannot parse: {err}; fix the JSON", file=str(meta_path)) from err
         if not isinstance(meta, dict):
             raise SpecError("must be a JSON object (with 'phase')", file=str(meta_path))
-    phase = {"prefill": Phase.PREFILL, "decode": Phase.DECODE}.get(str(meta.get("phase")), Phase.MIXED)
+    phase = {"prefill": Phase.PREFILL, "decode": Phase.DECODE}.get(
+        str(meta.get("phase")), Phase.MIXED
+    )
     shapes = _read_shapes_file(directory / "shapes.json", {"phase": phase.value})
     problem = ProblemSpec(
         name=directory.name,
@@ -295,8 +317,10 @@ def _load_atrex(directory: Path) -> ProblemSpec:
         input_fn="_make_inputs",
         shapes=shapes,
     )
-    origins = {"reference": _Origin(str(directory / "reference.py")),
-               "inputs": _Origin(str(input_path))}
+    origins = {
+        "reference": _Origin(str(directory / "reference.py")),
+        "inputs": _Origin(str(input_path)),
+    }
     return _check_kwargs_problem(problem, source, origins)
 
 
@@ -304,11 +328,15 @@ def _facts(code: str, origin: _Origin) -> SourceFacts:
     try:
         return read_source_facts(code, filename=origin.file)
     except SyntaxError as err:
-        raise SpecError(f"Python syntax error at line {err.lineno}{origin.label}: {err.msg}; "
-                        "fix the code", file=origin.file, field=origin.field) from err
+        raise SpecError(
+            f"Python syntax error at line {err.lineno}{origin.label}: {err.msg}; fix the code",
+            file=origin.file,
+            field=origin.field,
+        ) from err
     except ValueError as err:  # null bytes in the source (Python 3.11)
-        raise SpecError(f"not Python source{origin.label}: {err}", file=origin.file,
-                        field=origin.field) from err
+        raise SpecError(
+            f"not Python source{origin.label}: {err}", file=origin.file, field=origin.field
+        ) from err
 
 
 def _model_methods(facts: SourceFacts, source: str, errors: list[str]) -> dict[str, Signature]:
@@ -321,8 +349,14 @@ def _model_methods(facts: SourceFacts, source: str, errors: list[str]) -> dict[s
     return methods
 
 
-def _check_kwargs(kind: str, shape: ShapeCase, given: dict[str, Any], sig: Signature,
-                  fn_name: str, skip: tuple[str, ...] = ()) -> list[str]:
+def _check_kwargs(
+    kind: str,
+    shape: ShapeCase,
+    given: dict[str, Any],
+    sig: Signature,
+    fn_name: str,
+    skip: tuple[str, ...] = (),
+) -> list[str]:
     errs = [
         f"shapes[{shape.id}].{kind}: {fn_name} takes no parameter {k!r} "
         f"(it takes {list(sig.params)}); rename or remove it"
@@ -337,8 +371,9 @@ def _check_kwargs(kind: str, shape: ShapeCase, given: dict[str, Any], sig: Signa
     return errs
 
 
-def _check_kwargs_problem(problem: ProblemSpec, source: str,
-                          origins: dict[str, _Origin]) -> ProblemSpec:
+def _check_kwargs_problem(
+    problem: ProblemSpec, source: str, origins: dict[str, _Origin]
+) -> ProblemSpec:
     """Validate a kwargs-style problem against its reference and input code."""
     errors: list[str] = []
     ref = _facts(problem.reference_code, origins["reference"])
@@ -353,8 +388,10 @@ def _check_kwargs_problem(problem: ProblemSpec, source: str,
         where = "the inputs code" + (origin.label or f" of {origin.file}")
     input_fn = next((n for n in _INPUT_FNS if n in fns), None)
     if input_fn is None:
-        errors.append(f"inputs: no _make_inputs(**input_kwargs) (or make_inputs) in {where}; "
-                      "define one returning a dict keyed by forward's parameters")
+        errors.append(
+            f"inputs: no _make_inputs(**input_kwargs) (or make_inputs) in {where}; "
+            "define one returning a dict keyed by forward's parameters"
+        )
     init_sig = methods.get("__init__", Signature((), (), False, False))
     seen: set[str] = set()
     for shape in problem.shapes:
@@ -362,8 +399,9 @@ def _check_kwargs_problem(problem: ProblemSpec, source: str,
             errors.append(f"shapes: id {shape.id!r} appears twice; make ids unique")
         seen.add(shape.id)
         if input_fn is not None:
-            errors += _check_kwargs("input_kwargs", shape, shape.input_kwargs, fns[input_fn],
-                                    input_fn, skip=("device",))
+            errors += _check_kwargs(
+                "input_kwargs", shape, shape.input_kwargs, fns[input_fn], input_fn, skip=("device",)
+            )
         errors += _check_kwargs("init_kwargs", shape, shape.init_kwargs, init_sig, "Model.__init__")
     forward = methods.get("forward")
     errors += _check_common(problem, forward)
@@ -371,13 +409,19 @@ def _check_kwargs_problem(problem: ProblemSpec, source: str,
         errors.append("shapes: none given; add at least one case")
     if errors:
         raise SpecError("; ".join(errors), file=source)
-    takes_device = input_fn is not None and fns[input_fn].accepts("device") and not fns[input_fn].has_var_kwargs
-    return problem.model_copy(update={
-        "input_fn": input_fn or "_make_inputs",
-        "inputs_take_device": takes_device,
-        "forward_params": list(forward.params) if forward else [],
-        "init_params": list(init_sig.params),
-    })
+    takes_device = (
+        input_fn is not None
+        and fns[input_fn].accepts("device")
+        and not fns[input_fn].has_var_kwargs
+    )
+    return problem.model_copy(
+        update={
+            "input_fn": input_fn or "_make_inputs",
+            "inputs_take_device": takes_device,
+            "forward_params": list(forward.params) if forward else [],
+            "init_params": list(init_sig.params),
+        }
+    )
 
 
 def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
@@ -393,14 +437,18 @@ def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:
     for i, override in enumerate(problem.roofline):
         for sid in override.shapes:
             if sid != "*" and sid not in ids:
-                errors.append(f"roofline[{i}].shapes: unknown shape id {sid!r}; use ids from "
-                              "shapes or '*'")
+                errors.append(
+                    f"roofline[{i}].shapes: unknown shape id {sid!r}; use ids from shapes or '*'"
+                )
         for shape in problem.shapes:
             if not override.applies_to(shape.id):
                 continue
             names = {**shape.init_kwargs, **shape.input_kwargs}
-            values = [override.bytes_read, override.bytes_written,
-                      *(override.flops_by_unit or {}).values()]
+            values = [
+                override.bytes_read,
+                override.bytes_written,
+                *(override.flops_by_unit or {}).values(),
+            ]
             for value in values:
                 if value is None:
                     continue

@@ -1,5 +1,6 @@
-"""The problem contract (ARCHITECTURE.md §2): op.yaml v1 as a person writes it, and the resolved
-``ProblemSpec`` every format loads into.
+"""The problem contract (ARCHITECTURE.md §2).
+
+Holds op.yaml v1 as a person writes it, and the resolved ``ProblemSpec`` every format loads into.
 
 Owns the pydantic models and their validation. Must not import or run problem code: code travels
 as text to the scorer's workers.
@@ -44,7 +45,9 @@ class ShapeCase(_Strict):
     """One shape of a problem: how to build the model and its inputs, and who may see it."""
 
     id: str = Field(min_length=1, description="Unique within the problem.")
-    init_kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="Model(**init_kwargs).")
+    init_kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Model(**init_kwargs)."
+    )
     input_kwargs: dict[str, JsonValue] = Field(
         default_factory=dict, description="_make_inputs(**input_kwargs)."
     )
@@ -130,7 +133,8 @@ class _GuardFields(_Strict):
     fp8_scales: dict[str, str] = Field(
         default_factory=dict,
         description="fp8 output -> the output holding its scales (keys: tuple index or dict key); "
-        "fp8 outputs are compared after dequantisation. Default for a 2-tuple (fp8, fp32): {'0': '1'}.",
+        "fp8 outputs are compared after dequantisation. "
+        "Default for a 2-tuple (fp8, fp32): {'0': '1'}.",
     )
 
 
@@ -171,7 +175,9 @@ class ProblemSpec(_GuardFields):
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    def shapes_in(self, splits: set[Split] | None = None, ids: list[str] | None = None) -> list[ShapeCase]:
+    def shapes_in(
+        self, splits: set[Split] | None = None, ids: list[str] | None = None
+    ) -> list[ShapeCase]:
         """Select shapes by id (in the given order) or by split."""
         if ids:
             by_id = {s.id: s for s in self.shapes}

@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Arch", "ComputeUnit", "DType", "Dsl", "OpFamily", "Phase", "ProblemFormat", "Split", "Vendor"]
+__all__ = [
+    "Arch",
+    "ComputeUnit",
+    "DType",
+    "Dsl",
+    "OpFamily",
+    "Phase",
+    "ProblemFormat",
+    "Split",
+    "Vendor",
+]
 
 
 class Vendor(StrEnum):

@@ -17,9 +17,15 @@ from tests.bench.conftest import EXAMPLES
 def saved(*tensors: torch.Tensor, kind: str | None = None) -> dict[str, Any]:
     """Outputs in the form workers save them."""
     keys = [str(i) for i in range(len(tensors))]
-    return {"structure": {"kind": kind or ("tensor" if len(tensors) == 1 else "tuple"), "keys": keys,
-                          "devices": dict.fromkeys(keys, "cpu")},
-            "tensors": dict(zip(keys, tensors, strict=True)), "extra": {}}
+    return {
+        "structure": {
+            "kind": kind or ("tensor" if len(tensors) == 1 else "tuple"),
+            "keys": keys,
+            "devices": dict.fromkeys(keys, "cpu"),
+        },
+        "tensors": dict(zip(keys, tensors, strict=True)),
+        "extra": {},
+    }
 
 
 def check(out: torch.Tensor, ref: torch.Tensor, **kwargs: Any) -> Verdict:
@@ -78,7 +84,9 @@ def _load_module(path: Path) -> Any:
     return module
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "op.yaml").exists()))
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "op.yaml").exists())
+)
 def test_all_zero_output_fails_every_example(example: str) -> None:
     problem = load_problem(EXAMPLES / example / "op.yaml")
     module = _load_module(EXAMPLES / example / "reference.py")
@@ -178,11 +186,15 @@ def test_fp8_outputs_are_compared_after_dequantisation() -> None:
     q2 = (x * (1.0 / s)).clamp(-448, 448).to(torch.float8_e4m3fn)
     assert compare_outputs(saved(q2, s), saved(q, s), fp8_scales=scales).ok
     # the scales are outputs too: other scales are wrong even if the product is close
-    assert not compare_outputs(saved((q.float() / 2).to(torch.float8_e4m3fn), s * 2), saved(q, s),
-                               fp8_scales=scales).ok
+    assert not compare_outputs(
+        saved((q.float() / 2).to(torch.float8_e4m3fn), s * 2), saved(q, s), fp8_scales=scales
+    ).ok
     # wrong values
     bad = (q.float() * 1.5).clamp(-448, 448).to(torch.float8_e4m3fn)
-    assert compare_outputs(saved(bad, s), saved(q, s), fp8_scales=scales).verdict is Verdict.WRONG_OUTPUT
+    assert (
+        compare_outputs(saved(bad, s), saved(q, s), fp8_scales=scales).verdict
+        is Verdict.WRONG_OUTPUT
+    )
 
 
 def test_fp8_cpu_allowance_is_bounded() -> None:
@@ -198,5 +210,7 @@ def test_fp8_cpu_allowance_is_bounded() -> None:
     gpu = compare_outputs(saved(q_off, s), saved(q, s), fp8_scales={"0": "1"}, cpu=False)
     assert gpu.verdict is Verdict.WRONG_OUTPUT
     flat[: int(0.10 * n)] *= 0.5  # 10% is too many even on the CPU
-    too_many = compare_outputs(saved(off.to(torch.float8_e4m3fn), s), saved(q, s), fp8_scales={"0": "1"}, cpu=True)
+    too_many = compare_outputs(
+        saved(off.to(torch.float8_e4m3fn), s), saved(q, s), fp8_scales={"0": "1"}, cpu=True
+    )
     assert too_many.verdict is Verdict.WRONG_OUTPUT

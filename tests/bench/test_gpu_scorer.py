@@ -18,12 +18,15 @@ SHAPES = ["decode_b64_h4096", "prefill_t4096_h4096"]
 
 @pytest.fixture(scope="module")
 def gpu_scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
-    config = BenchConfig(min_samples=50, max_samples=300, sample_budget_s=0.5, torch_compile_baseline=False)
+    config = BenchConfig(
+        min_samples=50, max_samples=300, sample_budget_s=0.5, torch_compile_baseline=False
+    )
     return Scorer(config, tmp_path_factory.mktemp("gpu-cache"), device="cuda")
 
 
-def test_gpu_correct_candidate_is_timed_and_scored(gpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                                   rms_norm_candidate: str) -> None:
+def test_gpu_correct_candidate_is_timed_and_scored(
+    gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
     result = gpu_scorer.evaluate(rms_norm, rms_norm_candidate, shape_ids=SHAPES)
     assert result.verdict is Verdict.ACCEPTED, result.failure
     assert result.performance_measured
@@ -38,26 +41,45 @@ def test_gpu_correct_candidate_is_timed_and_scored(gpu_scorer: Scorer, rms_norm:
 
 
 def test_gpu_wrong_candidate_is_rejected(gpu_scorer: Scorer, rms_norm: ProblemSpec) -> None:
-    result = gpu_scorer.evaluate(rms_norm, fixture_candidate("rms_norm_drop_last_row.py"), shape_ids=SHAPES)
+    result = gpu_scorer.evaluate(
+        rms_norm, fixture_candidate("rms_norm_drop_last_row.py"), shape_ids=SHAPES
+    )
     assert result.verdict in (Verdict.WRONG_OUTPUT, Verdict.NON_FINITE)
     assert result.performance_measured is False
 
 
-def test_gpu_side_stream_work_is_a_timing_mismatch(gpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                                   inject: Callable[[str], str]) -> None:
-    # the result is computed on the launching stream, but 200 us of extra work hides on a side stream
-    source = inject("side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n    torch.cuda._sleep(400000)")
+def test_gpu_side_stream_work_is_a_timing_mismatch(
+    gpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
+    # the result is computed on the launching stream; 200 us of extra work hides on a side stream
+    source = inject(
+        "side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n    torch.cuda._sleep(400000)"
+    )
     result = gpu_scorer.evaluate(rms_norm, source, shape_ids=SHAPES[:1])
     assert result.verdict is Verdict.TIMING_MISMATCH, result.failure
 
 
-def test_gpu_timer_tampering_is_detected(gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str) -> None:
-    patch = "\nimport torch as _t\n_orig = _t.cuda.Event.elapsed_time\n_t.cuda.Event.elapsed_time = lambda self, end: 0.5 * _orig(self, end)\n"
+def test_gpu_timer_tampering_is_detected(
+    gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    patch = (
+        "\nimport torch as _t\n_orig = _t.cuda.Event.elapsed_time\n"
+        "_t.cuda.Event.elapsed_time = lambda self, end: 0.5 * _orig(self, end)\n"
+    )
     result = gpu_scorer.evaluate(rms_norm, rms_norm_candidate + patch, shape_ids=SHAPES[:1])
     assert result.verdict is Verdict.TAMPERED, result.failure
 
 
-def test_gpu_crash_then_next_evaluation_works(gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str,
-                                              tmp_path: Path) -> None:
-    assert gpu_scorer.evaluate(rms_norm, fixture_candidate("rms_norm_crash.py"), shape_ids=SHAPES[:1]).verdict is Verdict.CRASH
-    assert gpu_scorer.evaluate(rms_norm, rms_norm_candidate, shape_ids=SHAPES[:1]).verdict is Verdict.ACCEPTED
+def test_gpu_crash_then_next_evaluation_works(
+    gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str, tmp_path: Path
+) -> None:
+    assert (
+        gpu_scorer.evaluate(
+            rms_norm, fixture_candidate("rms_norm_crash.py"), shape_ids=SHAPES[:1]
+        ).verdict
+        is Verdict.CRASH
+    )
+    assert (
+        gpu_scorer.evaluate(rms_norm, rms_norm_candidate, shape_ids=SHAPES[:1]).verdict
+        is Verdict.ACCEPTED
+    )

@@ -16,8 +16,9 @@ from tests.bench.conftest import EXAMPLES, fixture_candidate
 pytestmark = pytest.mark.integration
 
 
-def test_correct_candidate_is_accepted_without_timing(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                                      rms_norm_candidate: str) -> None:
+def test_correct_candidate_is_accepted_without_timing(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
     events: list[ProgressEvent] = []
     result = cpu_scorer.evaluate(rms_norm, rms_norm_candidate, progress=events.append)
     assert result.verdict is Verdict.ACCEPTED, result.failure
@@ -25,8 +26,12 @@ def test_correct_candidate_is_accepted_without_timing(cpu_scorer: Scorer, rms_no
     assert any("performance was not measured" in n for n in result.notes)
     assert [r.shape_id for r in result.shapes] == ["smoke_t8_h1000", "smoke_t33_h256"]
     assert all(r.latency_us is None and r.rel_l2_err is not None for r in result.shapes)
-    assert set(result.skipped_shapes) == {"decode_b64_h4096", "decode_b256_h8192", "prefill_t4096_h4096",
-                                          "prefill_t16384_h8192"}
+    assert set(result.skipped_shapes) == {
+        "decode_b64_h4096",
+        "decode_b256_h8192",
+        "prefill_t4096_h4096",
+        "prefill_t16384_h8192",
+    }
     assert result.manifest.mode == "cpu_interpreter"
     assert result.manifest.seeds == [0, 1, 2]
     assert result.manifest.weights_mode == "none"
@@ -47,32 +52,42 @@ def test_correct_candidate_is_accepted_without_timing(cpu_scorer: Scorer, rms_no
         ("rms_norm_no_kernel.py", {Verdict.SCREEN_REJECTED}, "no-kernel"),
     ],
 )
-def test_wrong_candidates_are_rejected(cpu_scorer: Scorer, rms_norm: ProblemSpec, fixture: str,
-                                       verdict: set[Verdict], message: str) -> None:
+def test_wrong_candidates_are_rejected(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, fixture: str, verdict: set[Verdict], message: str
+) -> None:
     result = cpu_scorer.evaluate(rms_norm, fixture_candidate(fixture))
     assert result.verdict in verdict, result.failure
     assert result.failure is not None and result.failure.kind is result.verdict
-    assert message in result.failure.message or any(message in f.rule for f in result.failure.findings)
+    assert message in result.failure.message or any(
+        message in f.rule for f in result.failure.findings
+    )
     assert result.score == 0.0
 
 
-def test_worker_survives_crash_and_next_evaluation_works(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                                         rms_norm_candidate: str) -> None:
+def test_worker_survives_crash_and_next_evaluation_works(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
     crashed = cpu_scorer.evaluate(rms_norm, fixture_candidate("rms_norm_crash.py"))
     assert crashed.verdict is Verdict.CRASH
     assert "signal 11" in crashed.failure.message  # type: ignore[union-attr]
     assert cpu_scorer.evaluate(rms_norm, rms_norm_candidate).verdict is Verdict.ACCEPTED
 
 
-def test_heap_corruption_is_a_verdict(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                      inject: Callable[[str], str]) -> None:
+def test_heap_corruption_is_a_verdict(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
     # overwrite a live object's header: the interpreter dies in C, not with a Python exception
-    source = inject("import ctypes\nvictim = [1, 2, 3]\nctypes.memset(id(victim), 0, 64)\nlen(victim)\nimport gc\ngc.collect()")
+    source = inject(
+        "import ctypes\nvictim = [1, 2, 3]\nctypes.memset(id(victim), 0, 64)\n"
+        "len(victim)\nimport gc\ngc.collect()"
+    )
     result = cpu_scorer.evaluate(rms_norm, source)
     assert result.verdict is Verdict.CRASH, result.failure
 
 
-def test_hang_is_killed_as_a_group(tmp_path: Path, rms_norm: ProblemSpec, inject: Callable[[str], str]) -> None:
+def test_hang_is_killed_as_a_group(
+    tmp_path: Path, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
     scorer = Scorer(BenchConfig(worker_timeout_s=6.0), tmp_path, device="cpu")
     pid_file = tmp_path / "child.pid"
     source = inject(
@@ -99,35 +114,47 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_out_of_memory_is_a_verdict(tmp_path: Path, rms_norm: ProblemSpec,
-                                    inject: Callable[[str], str]) -> None:
+def test_out_of_memory_is_a_verdict(
+    tmp_path: Path, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
     scorer = Scorer(BenchConfig(address_space_limit_gb=6.0), tmp_path, device="cpu")
-    result = scorer.evaluate(rms_norm, inject("hog = torch.empty(8 * 2**30, dtype=torch.uint8)\nhog.fill_(1)"))
+    result = scorer.evaluate(
+        rms_norm, inject("hog = torch.empty(8 * 2**30, dtype=torch.uint8)\nhog.fill_(1)")
+    )
     assert result.verdict is Verdict.OOM, result.failure
 
 
-def test_mutated_input_is_rejected(cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]) -> None:
+def test_mutated_input_is_rejected(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
     result = cpu_scorer.evaluate(rms_norm, inject("weight.fill_(0.5)"))
     assert result.verdict is Verdict.MUTATED_INPUT
     assert "weight" in result.failure.message  # type: ignore[union-attr]
 
 
-def test_non_tensor_output_is_bad_structure(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                            inject: Callable[[str], str]) -> None:
-    result = cpu_scorer.evaluate(rms_norm, inject("return [rms_norm(x, weight, self.eps), 'extra']"))
+def test_non_tensor_output_is_bad_structure(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
+    result = cpu_scorer.evaluate(
+        rms_norm, inject("return [rms_norm(x, weight, self.eps), 'extra']")
+    )
     assert result.verdict is Verdict.BAD_STRUCTURE
 
 
-def test_worker_environment_holds_no_secrets(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                             inject: Callable[[str], str],
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_environment_holds_no_secrets(
+    cpu_scorer: Scorer,
+    rms_norm: ProblemSpec,
+    inject: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("AKA_LLM__API_KEY", "aka-secret")
     monkeypatch.setenv("MY_TOKEN", "tok")
     leak = inject(
         "import os\n"
         "leaked = [k for k in os.environ if 'KEY' in k or 'TOKEN' in k or k.startswith('AKA_')]\n"
-        "if leaked or os.environ.get('TRITON_INTERPRET') != '1' or os.getcwd() != os.environ['HOME']:\n"
+        "interp = os.environ.get('TRITON_INTERPRET')\n"
+        "if leaked or interp != '1' or os.getcwd() != os.environ['HOME']:\n"
         "    raise RuntimeError(f'sandbox leak: {leaked}')"
     )
     result = cpu_scorer.evaluate(rms_norm, leak)
@@ -135,26 +162,33 @@ def test_worker_environment_holds_no_secrets(cpu_scorer: Scorer, rms_norm: Probl
 
 
 def test_cuda_candidate_is_not_run_on_cpu(cpu_scorer: Scorer, rms_norm: ProblemSpec) -> None:
-    source = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
-              "class ModelNew(torch.nn.Module):\n    def forward(self, x, weight):\n"
-              "        return load_inline(name='m', cpp_sources='', cuda_sources='').run(x)\n")
+    source = (
+        "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x, weight):\n"
+        "        return load_inline(name='m', cpp_sources='', cuda_sources='').run(x)\n"
+    )
     result = cpu_scorer.evaluate(rms_norm, source)
     assert result.verdict is Verdict.NOT_RUN
 
 
-def test_unknown_shape_id_is_a_spec_error(cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str) -> None:
+def test_unknown_shape_id_is_a_spec_error(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
     with pytest.raises(SpecError, match="unknown shape id"):
         cpu_scorer.evaluate(rms_norm, rms_norm_candidate, shape_ids=["nope"])
 
 
-def test_named_shapes_override_the_smoke_split(cpu_scorer: Scorer, rms_norm: ProblemSpec,
-                                               rms_norm_candidate: str) -> None:
+def test_named_shapes_override_the_smoke_split(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
     result = cpu_scorer.evaluate(rms_norm, rms_norm_candidate, shape_ids=["smoke_t33_h256"])
     assert [r.shape_id for r in result.shapes] == ["smoke_t33_h256"]
     assert "smoke_t8_h1000" in result.skipped_shapes
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "candidate.py").exists()))
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "candidate.py").exists())
+)
 def test_every_example_candidate_is_accepted(cpu_scorer: Scorer, example: str) -> None:
     problem = load_problem(EXAMPLES / example / "op.yaml")
     result = cpu_scorer.evaluate(problem, (EXAMPLES / example / "candidate.py").read_text())

@@ -53,13 +53,23 @@ def test_suspicious_margin_follows_floor_noise() -> None:
     assert suspicious_margin(None, None) == 0.10
 
 
-def _row(sid: str, s: float | None, verdict: Verdict = Verdict.ACCEPTED, weight: float = 1.0) -> ShapeResult:
-    return ShapeResult(shape_id=sid, split=Split.TUNE, verdict=verdict, sol_fraction=s, weight=weight,
-                       latency_us=LatencyStats(median=1.0, iqr=0.0, n=1))
+def _row(
+    sid: str, s: float | None, verdict: Verdict = Verdict.ACCEPTED, weight: float = 1.0
+) -> ShapeResult:
+    return ShapeResult(
+        shape_id=sid,
+        split=Split.TUNE,
+        verdict=verdict,
+        sol_fraction=s,
+        weight=weight,
+        latency_us=LatencyStats(median=1.0, iqr=0.0, n=1),
+    )
 
 
 def test_problem_score_is_weighted_geomean_and_zero_on_failure() -> None:
     assert problem_score([_row("a", 0.25), _row("b", 1.0)]) == pytest.approx(0.5)
-    assert problem_score([_row("a", 0.25, weight=2), _row("b", 1.0)]) == pytest.approx(0.25 ** (2 / 3))
+    assert problem_score([_row("a", 0.25, weight=2), _row("b", 1.0)]) == pytest.approx(
+        0.25 ** (2 / 3)
+    )
     assert problem_score([_row("a", 0.5), _row("b", None, Verdict.TIMING_MISMATCH)]) == 0.0
     assert problem_score([_row("a", None)]) is None

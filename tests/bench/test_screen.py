@@ -7,19 +7,26 @@ import pytest
 from aka.bench import screen_source
 from tests.bench.conftest import EXAMPLES, fixture_candidate
 
-KERNEL = "import triton\nimport triton.language as tl\nimport torch\n\n@triton.jit\ndef _k(x_ptr):\n    pass\n\n"
+KERNEL = (
+    "import triton\nimport triton.language as tl\nimport torch\n\n"
+    "@triton.jit\ndef _k(x_ptr):\n    pass\n\n"
+)
 
 
 def _forward(body: str, imports: str = "") -> str:
     lines = "".join(f"        {line}\n" for line in body.splitlines())
-    return (imports + KERNEL + "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n" + lines)
+    return (
+        imports + KERNEL + "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n" + lines
+    )
 
 
 def rules(source: str, **kwargs: object) -> list[str]:
     return [f.rule for f in screen_source(source, **kwargs).findings]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "candidate.py").exists()))
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in EXAMPLES.iterdir() if (p / "candidate.py").exists())
+)
 def test_screen_passes_every_example_candidate(example: str) -> None:
     report = screen_source((EXAMPLES / example / "candidate.py").read_text())
     assert report.passed, report.findings
@@ -60,12 +67,17 @@ def test_screen_follows_helpers_called_from_forward() -> None:
 
 
 def test_screen_allows_allocation_and_launch_glue() -> None:
-    body = "y = torch.empty_like(x)\nn = triton.cdiv(x.shape[0], 4)\nz = x.view(-1).contiguous()\n_k[(n,)](y)\nreturn y"
+    body = (
+        "y = torch.empty_like(x)\nn = triton.cdiv(x.shape[0], 4)\n"
+        "z = x.view(-1).contiguous()\n_k[(n,)](y)\nreturn y"
+    )
     assert rules(_forward(body)) == []
 
 
 def test_screen_ignores_math_outside_the_hot_path() -> None:
-    source = _forward("return x") + "\ndef make_table():\n    return torch.arange(10).float().exp()\n"
+    source = (
+        _forward("return x") + "\ndef make_table():\n    return torch.arange(10).float().exp()\n"
+    )
     assert rules(source) == []
 
 
@@ -74,9 +86,11 @@ def test_screen_requires_a_kernel() -> None:
 
 
 def test_screen_accepts_load_inline_as_a_kernel() -> None:
-    source = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
-              "mod = load_inline(name='m', cpp_sources='', cuda_sources='')\n"
-              "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return mod.run(x)\n")
+    source = (
+        "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+        "mod = load_inline(name='m', cpp_sources='', cuda_sources='')\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return mod.run(x)\n"
+    )
     report = screen_source(source)
     assert report.passed
     assert report.kernel_kinds == ("cuda",)

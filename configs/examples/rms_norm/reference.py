@@ -1,4 +1,4 @@
-"""RMSNorm reference: fp32 math on bf16 tokens (weight applied in fp32), one cast back at the end."""
+"""RMSNorm reference: fp32 math on bf16 tokens (weight applied in fp32), one cast at the end."""
 
 import torch
 
