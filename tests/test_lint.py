@@ -1,4 +1,4 @@
-"""The tree stays clean under the project's linters (STYLE §13), so CI catches what `make check` would."""
+"""The tree stays clean under the linters (STYLE §13): CI catches what `make check` would."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aka.bench.result import ShapeResult, Verdict
+from aka.bench.result import EvalResult, ShapeResult, Verdict
 from aka.bench.stats import geomean
 
-__all__ = ["problem_score", "sol_fraction", "suspicious_margin"]
+__all__ = ["confirm_suspicious", "problem_score", "sol_fraction", "suspicious_margin"]
 
 
 def suspicious_margin(
@@ -38,3 +38,28 @@ def problem_score(rows: Sequence[ShapeResult]) -> float | None:
     if any(r.verdict is not Verdict.ACCEPTED for r in timed):
         return 0.0
     return geomean([r.sol_fraction or 0.0 for r in timed], [max(r.weight, 1e-12) for r in timed])
+
+
+def confirm_suspicious(first: EvalResult, second: EvalResult) -> EvalResult:
+    """Flag ``implausible`` the shapes a second fresh worker also found ``suspicious``.
+
+    Args:
+        first: The evaluation with suspicious shapes.
+        second: The same candidate re-timed on those shapes in another worker.
+
+    Returns:
+        ``first`` with ``implausible`` added where both workers agree, and a note either way.
+    """
+    again = {r.shape_id for r in second.shapes if "suspicious" in r.flags}
+    rows = [
+        r.model_copy(update={"flags": [*r.flags, "implausible"]})
+        if "suspicious" in r.flags and r.shape_id in again
+        else r
+        for r in first.shapes
+    ]
+    checked = sorted(r.shape_id for r in first.shapes if "suspicious" in r.flags)
+    note = (
+        f"shapes {checked} ran faster than T_sol allows; re-timed in a second worker: "
+        f"{'implausible in ' + str(sorted(again)) if again else 'not reproduced'}"
+    )
+    return first.model_copy(update={"shapes": rows, "notes": [*first.notes, note]})

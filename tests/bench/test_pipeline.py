@@ -10,7 +10,7 @@ import pytest
 
 from aka.bench import Scorer, Verdict
 from aka.core import BenchConfig, ProgressEvent, SpecError
-from aka.spec import ProblemSpec, load_problem
+from aka.spec import Dsl, ProblemSpec, load_problem
 from tests.bench.conftest import EXAMPLES, fixture_candidate
 
 pytestmark = pytest.mark.integration
@@ -193,3 +193,43 @@ def test_every_example_candidate_is_accepted(cpu_scorer: Scorer, example: str) -
     problem = load_problem(EXAMPLES / example / "op.yaml")
     result = cpu_scorer.evaluate(problem, (EXAMPLES / example / "candidate.py").read_text())
     assert result.verdict is Verdict.ACCEPTED, result.failure
+
+
+FIXTURE_PROBLEMS = Path(__file__).resolve().parents[1] / "fixtures" / "problems"
+
+
+def test_atrex_problem_scores_a_candidate_named_model(
+    cpu_scorer: Scorer, rms_norm_candidate: str
+) -> None:
+    problem = load_problem(FIXTURE_PROBLEMS / "atrex_rms_norm")
+    as_model = rms_norm_candidate.replace("class ModelNew(", "class Model(")
+    result = cpu_scorer.evaluate(problem, as_model, shape_ids=["0", "1"])
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    assert [r.shape_id for r in result.shapes] == ["0", "1"]
+    assert all(r.phase == "decode" for r in result.shapes)
+
+
+def test_candidate_named_model_is_rejected_outside_atrex(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    as_model = rms_norm_candidate.replace("class ModelNew(", "class Model(")
+    result = cpu_scorer.evaluate(rms_norm, as_model)
+    assert result.verdict is Verdict.SCREEN_REJECTED
+
+
+def test_kernelbench_problem_scores_positional_inputs(cpu_scorer: Scorer) -> None:
+    problem = load_problem(FIXTURE_PROBLEMS / "kernelbench_softmax.py")
+    candidate = (EXAMPLES / "softmax" / "candidate.py").read_text()
+    result = cpu_scorer.evaluate(problem, candidate, shape_ids=["default"])
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    with pytest.raises(SpecError, match="smoke"):
+        cpu_scorer.evaluate(problem, candidate)  # no smoke shape and no --shapes on the CPU
+
+
+def test_problem_dsl_allow_list_is_enforced(
+    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    cuda_only = rms_norm.model_copy(update={"dsl": [Dsl.CUDA]})
+    result = cpu_scorer.evaluate(cuda_only, rms_norm_candidate)
+    assert result.verdict is Verdict.SCREEN_REJECTED
+    assert "allows ['cuda']" in result.failure.message  # type: ignore[union-attr]

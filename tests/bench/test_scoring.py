@@ -6,8 +6,18 @@ import math
 
 import pytest
 
-from aka.bench import LatencyStats, ShapeResult, Verdict, geomean, iqr, latency_stats, median
-from aka.bench.score import problem_score, sol_fraction, suspicious_margin
+from aka.bench import (
+    EvalResult,
+    LatencyStats,
+    Manifest,
+    ShapeResult,
+    Verdict,
+    geomean,
+    iqr,
+    latency_stats,
+    median,
+)
+from aka.bench.score import confirm_suspicious, problem_score, sol_fraction, suspicious_margin
 from aka.bench.timing import judge_windows
 from aka.spec import Split
 
@@ -73,3 +83,23 @@ def test_problem_score_is_weighted_geomean_and_zero_on_failure() -> None:
     )
     assert problem_score([_row("a", 0.5), _row("b", None, Verdict.TIMING_MISMATCH)]) == 0.0
     assert problem_score([_row("a", None)]) is None
+
+
+def _result(rows: list[ShapeResult]) -> EvalResult:
+    manifest = Manifest(
+        source_sha256="s", problem_sha256="p", problem_name="x", mode="gpu", created_at="now"
+    )
+    return EvalResult(
+        verdict=Verdict.ACCEPTED, performance_measured=True, shapes=rows, manifest=manifest
+    )
+
+
+def test_implausible_needs_two_workers_to_agree() -> None:
+    fast = _row("a", 1.0).model_copy(update={"flags": ["suspicious"]})
+    also_fast = _row("b", 1.0).model_copy(update={"flags": ["suspicious"]})
+    first = _result([fast, also_fast, _row("c", 0.5)])
+    second = _result([fast, _row("b", 0.9)])  # b was not reproduced
+    merged = confirm_suspicious(first, second)
+    flags = {r.shape_id: r.flags for r in merged.shapes}
+    assert flags == {"a": ["suspicious", "implausible"], "b": ["suspicious"], "c": []}
+    assert "implausible in ['a']" in merged.notes[-1]
