@@ -66,6 +66,16 @@ class CheckOutcome:
         """Whether the outputs are accepted."""
         return self.verdict is Verdict.ACCEPTED
 
+    def combined(self, other: CheckOutcome) -> CheckOutcome:
+        """Two accepted outcomes as one: the worst errors and every flag."""
+        return CheckOutcome(
+            Verdict.ACCEPTED,
+            "",
+            max(self.max_abs_err, other.max_abs_err),
+            max(self.rel_l2_err, other.rel_l2_err),
+            sorted({*self.flags, *other.flags}),
+        )
+
 
 def tolerance_for(
     dtype_name: str,
@@ -291,11 +301,5 @@ def compare_outputs(
             outcome = _exact_check(o, r, name)
         if not outcome.ok:
             return outcome
-        worst = CheckOutcome(
-            Verdict.ACCEPTED,
-            "",
-            max(worst.max_abs_err, outcome.max_abs_err),
-            max(worst.rel_l2_err, outcome.rel_l2_err),
-            sorted({*worst.flags, *outcome.flags}),
-        )
+        worst = worst.combined(outcome)
     return worst

@@ -524,13 +524,7 @@ class Scorer:
             if not outcome.ok:
                 outcome.message = f"seed {seed}: {outcome.message}"
                 return outcome
-            worst = CheckOutcome(
-                Verdict.ACCEPTED,
-                "",
-                max(worst.max_abs_err, outcome.max_abs_err),
-                max(worst.rel_l2_err, outcome.rel_l2_err),
-                sorted({*worst.flags, *outcome.flags}),
-            )
+            worst = worst.combined(outcome)
         return worst
 
     def _compare(
