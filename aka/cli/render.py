@@ -54,11 +54,29 @@ def _us(stats: LatencyStats | None) -> str:
     return "-" if stats is None else f"{stats.median:,.2f} ±{stats.iqr:,.2f}"
 
 
+def _correctness_table(result: EvalResult, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("shape", "split", "verdict", "max |err|", "rel L2 err", "flags"):
+        table.add_column(column, justify="right" if "err" in column else "left", no_wrap=True)
+    for row in result.shapes:
+        style = _VERDICT_STYLE.get(row.verdict, "red")
+        table.add_row(
+            row.shape_id,
+            row.split.value,
+            f"[{style}]{row.verdict.value}[/{style}]",
+            "-" if row.max_abs_err is None else f"{row.max_abs_err:.3g}",
+            "-" if row.rel_l2_err is None else f"{row.rel_l2_err:.3g}",
+            ", ".join(row.flags),
+        )
+    return table
+
+
 def eval_table(result: EvalResult) -> Table:
-    """One row per shape: verdict, time, baselines, T_sol and SOL fraction."""
-    table = Table(
-        title=f"{result.manifest.problem_name}: {result.verdict.value}", title_justify="left"
-    )
+    """One row per shape: verdict, time, baselines, T_sol and SOL fraction (errors on a CPU)."""
+    title = f"{result.manifest.problem_name}: {result.verdict.value}"
+    if not result.performance_measured:
+        return _correctness_table(result, title)
+    table = Table(title=title, title_justify="left")
     table.add_column("shape", no_wrap=True)
     for column in (
         "split",
