@@ -233,3 +233,18 @@ def test_problem_dsl_allow_list_is_enforced(
     result = cpu_scorer.evaluate(cuda_only, rms_norm_candidate)
     assert result.verdict is Verdict.SCREEN_REJECTED
     assert "allows ['cuda']" in result.failure.message  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "mode"),
+    [("candidate_same_names.py", "loaded"), ("candidate_own_names.py", "seeded")],
+)
+def test_weights_are_shared_with_the_reference(
+    cpu_scorer: Scorer, candidate: str, mode: str
+) -> None:
+    problem = load_problem(FIXTURE_PROBLEMS / "scaled_rows" / "op.yaml")
+    result = cpu_scorer.evaluate(
+        problem, (FIXTURE_PROBLEMS / "scaled_rows" / candidate).read_text()
+    )
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    assert result.manifest.weights_mode == mode
