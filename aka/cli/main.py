@@ -15,8 +15,16 @@ import typer
 from aka.cli import bench as bench_cmd
 from aka.cli import config as config_cmd
 from aka.cli import hardware as hardware_cmd
+from aka.cli import kb as kb_cmd
 from aka.cli.state import CliState
-from aka.core import AkaError, BenchError, ConfigError, SpecError, apply_offline_defaults
+from aka.core import (
+    AkaError,
+    BenchError,
+    ConfigError,
+    IndexNotBuiltError,
+    SpecError,
+    apply_offline_defaults,
+)
 
 __all__ = ["app", "main"]
 
@@ -34,6 +42,7 @@ app = typer.Typer(
 )
 app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(hardware_cmd.app, name="hardware")
+app.add_typer(kb_cmd.app, name="kb")
 app.add_typer(config_cmd.app, name="config")
 
 
@@ -67,7 +76,7 @@ def _root(
 def _exit_code(err: AkaError) -> int:
     if isinstance(err, SpecError | ConfigError):
         return EXIT_USAGE
-    if isinstance(err, BenchError):
+    if isinstance(err, BenchError | IndexNotBuiltError):
         return EXIT_HARNESS
     return 1
 

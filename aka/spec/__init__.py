@@ -1,6 +1,8 @@
 """aka.spec: problem and candidate contracts and their loaders; reads code with ast, runs none."""
 
 from aka.spec.expr import evaluate_quantity
+from aka.spec.frontmatter import kernel_header, split_front_matter
+from aka.spec.kernel_meta import KernelMeta, KernelSource, MeasuredEntry
 from aka.spec.loader import detect_format, load_problem, parse_op_yaml_text
 from aka.spec.problem import (
     CodeRef,
@@ -33,6 +35,9 @@ __all__ = [
     "DType",
     "Dsl",
     "DtypePolicySpec",
+    "KernelMeta",
+    "KernelSource",
+    "MeasuredEntry",
     "OpFamily",
     "OpYamlSpec",
     "Phase",
@@ -48,8 +53,10 @@ __all__ = [
     "Vendor",
     "detect_format",
     "evaluate_quantity",
+    "kernel_header",
     "load_problem",
     "op_yaml_json_schema",
     "parse_op_yaml_text",
     "read_source_facts",
+    "split_front_matter",
 ]
