@@ -106,7 +106,11 @@ def _doc_problems(meta: DocMeta, body: str, path: Path, root: Path) -> list[str]
             "(kind/vendor folders); move the file"
         )
     headings = [h.strip() for h in _H2.findall(body)]
-    missing = [s for s in _REQUIRED_SECTIONS.get(meta.kind, ()) if s not in headings]
+    missing = [
+        s
+        for s in _REQUIRED_SECTIONS.get(meta.kind, ())
+        if not any(h == s or h.startswith(f"{s} ") for h in headings)
+    ]
     if missing:
         problems.append(f"{source}: a {meta.kind.value} needs H2 sections {missing}; add them")
     if not headings:

@@ -8,7 +8,8 @@ vendor: nvidia
 arch: [sm_80, sm_90]
 dtypes: [bf16, fp16, fp32]
 bound: compute
-techniques: [paged-kv-gather, online-softmax, causal-tile-bound, gqa-head-mapping, fp32-accumulate, exp2-softmax]
+techniques: [paged-kv-gather, online-softmax, causal-tile-bound, gqa-head-mapping,
+             fp32-accumulate, exp2-softmax]
 status: reference
 launcher: unified_attention_qblock
 tuning:
@@ -156,7 +157,7 @@ def _attention_unified_qblock_kernel(
 
 
 def _launch_config(head_dim: int) -> dict[str, int]:
-    """Return tile sizes and warps so Q, the accumulator and the gathered K/V pointers fit registers.
+    """Return tile sizes and warps so Q, the accumulator and the K/V pointers fit registers.
 
     The per-element K/V pointers of a paged gather cost registers a dense tile does not; ptxas for
     sm_90 spills at D = 128 with 64 x 32 tiles on 4 warps, not on 8.
@@ -182,7 +183,9 @@ def _validate(q, k_cache, v_cache, block_table, cu_seqlens_q, seqused_k) -> None
         raise ValueError(f"need q (T, HQ, D) and k/v caches (blocks, page, HKV, D); got {shapes}")
     num_seqs = block_table.shape[0]
     if cu_seqlens_q.shape != (num_seqs + 1,) or seqused_k.shape != (num_seqs,):
-        raise ValueError(f"need cu_seqlens_q (S+1,) and seqused_k (S,) for S sequences; got {shapes}")
+        raise ValueError(
+            f"need cu_seqlens_q (S+1,) and seqused_k (S,) for S sequences; got {shapes}"
+        )
     page_size, hkv, d = k_cache.shape[1:]
     if q.shape[2] != d or q.shape[1] % hkv != 0 or d > 256 or page_size & (page_size - 1):
         raise ValueError(f"need matching D <= 256, HQ % HKV == 0, pow-2 pages; got {shapes}")
@@ -280,8 +283,9 @@ def reference(
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return a packed prefill batch over a shuffled paged cache.
 
-    ``shape``: ``seq_lens`` (list of query lengths), ``num_heads_q``, ``num_heads_kv``, ``head_dim``,
-    optional ``context_lens`` (cached tokens before each query, default 0) and ``page_size`` (16).
+    ``shape``: ``seq_lens`` (list of query lengths), ``num_heads_q``, ``num_heads_kv``,
+    ``head_dim``, optional ``context_lens`` (cached tokens before each query, default 0) and
+    ``page_size`` (16).
     """
     q_lens = list(shape["seq_lens"])
     ctx = list(shape.get("context_lens", [0] * len(q_lens)))

@@ -8,7 +8,8 @@ vendor: nvidia
 arch: [sm_80, sm_90]
 dtypes: [bf16, fp16, fp32]
 bound: compute
-techniques: [tiled-tl-dot, grouped-program-order, l2-reuse, wrapped-edge-tiles, even-k-specialisation, fp32-accumulate]
+techniques: [tiled-tl-dot, grouped-program-order, l2-reuse, wrapped-edge-tiles,
+  even-k-specialisation, fp32-accumulate]
 status: reference
 launcher: gemm_grouped_swizzle
 tuning:
@@ -21,14 +22,15 @@ tuning:
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) on a 1D grid whose program ids are remapped so that
-GROUP_M consecutive row tiles run side by side down a column of tiles: the B tiles they share stay in
-L2 instead of being fetched once per row tile, which for big square problems cuts DRAM traffic for B
-by up to GROUP_M times (A traffic grows a little, since a group walks all its columns). Edge tiles wrap
-their row and column offsets modulo M and N, so the inner loop loads need no M/N masks (the wrapped
-rows are computed but never stored); when K is a multiple of BLOCK_K a constexpr also drops the K mask.
-fp32 accumulation, one cast at the store; fp32 inputs run as TF32 on the GPU. Bytes: A and B once per
-tile pass (2 B/elt for bf16/fp16), C once. Limits: no split-K (bad for M <= 16 with large K), edge
-tiles waste work on wrapped rows, no persistent grid, GROUP_M has no effect when there is one row tile.
+GROUP_M consecutive row tiles run side by side down a column of tiles: the B tiles they share stay
+in L2 instead of being fetched once per row tile, which for big square problems cuts DRAM traffic
+for B by up to GROUP_M times (A traffic grows a little, since a group walks all its columns). Edge
+tiles wrap their row and column offsets modulo M and N, so the inner loop loads need no M/N masks
+(the wrapped rows are computed but never stored); when K is a multiple of BLOCK_K a constexpr also
+drops the K mask. fp32 accumulation, one cast at the store; fp32 inputs run as TF32 on the GPU.
+Bytes: A and B once per tile pass (2 B/elt for bf16/fp16), C once. Limits: no split-K (bad for M <=
+16 with large K), edge tiles waste work on wrapped rows, no persistent grid, GROUP_M has no effect
+when there is one row tile.
 """
 
 import os
@@ -183,7 +185,7 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
-    """Return ``{"a", "b"}`` for ``shape = {"m", "n", "k"}``: N(0, 1) activations, K^-0.5 weights."""
+    """Return ``{"a", "b"}`` for ``{"m", "n", "k"}``: N(0, 1) activations, K^-0.5 weights."""
     m, n, k = shape["m"], shape["n"], shape["k"]
     a = torch.randn(m, k, device=device).to(dtype)
     b = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)

@@ -19,14 +19,14 @@ tuning:
   num_stages: [3, 2, 4]
 measured: []
 ---
-The textbook tiled GEMM for C = A @ B^T with B in the (N, K) weight layout of a linear layer: program
-(pid_m, pid_n) of a 2D grid owns one (BLOCK_M, BLOCK_N) tile of C, walks K in BLOCK_K steps with
-tl.dot into an fp32 accumulator, and casts once to the input dtype at the store. Every load is masked
-on M, N and K, so any shape works with no padding. Each A element is read cdiv(N, BLOCK_N) times and
-each B element cdiv(M, BLOCK_M) times (2 bytes for bf16/fp16, 4 for fp32), mostly from L2; C is
-written once. fp32 inputs use TF32 tensor cores on the GPU (about 1e-3 relative error). Limits: the
-grid walks row-major (pid_m fastest), so large problems thrash L2 compared with grouped ordering;
-small M with large K leaves SMs idle (no split-K); no persistent scheduling or TMA.
+The textbook tiled GEMM for C = A @ B^T with B in the (N, K) weight layout of a linear layer:
+program (pid_m, pid_n) of a 2D grid owns one (BLOCK_M, BLOCK_N) tile of C, walks K in BLOCK_K steps
+with tl.dot into an fp32 accumulator, and casts once to the input dtype at the store. Every load is
+masked on M, N and K, so any shape works with no padding. Each A element is read cdiv(N, BLOCK_N)
+times and each B element cdiv(M, BLOCK_M) times (2 bytes for bf16/fp16, 4 for fp32), mostly from L2;
+C is written once. fp32 inputs use TF32 tensor cores on the GPU (about 1e-3 relative error). Limits:
+the grid walks row-major (pid_m fastest), so large problems thrash L2 compared with grouped
+ordering; small M with large K leaves SMs idle (no split-K); no persistent scheduling or TMA.
 """
 
 import os
@@ -164,7 +164,7 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
-    """Return ``{"a", "b"}`` for ``shape = {"m", "n", "k"}``: N(0, 1) activations, K^-0.5 weights."""
+    """Return ``{"a", "b"}`` for ``{"m", "n", "k"}``: N(0, 1) activations, K^-0.5 weights."""
     m, n, k = shape["m"], shape["n"], shape["k"]
     a = torch.randn(m, k, device=device).to(dtype)
     b = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)

@@ -1,0 +1,329 @@
+"""
+---
+id: mla_decode_attention_split
+title: DeepSeek MLA decode (absorbed weights) with split-KV partials and a streaming merge kernel
+op_family: attention
+dsl: triton
+vendor: nvidia
+arch: [sm_80, sm_90]
+dtypes: [bf16, fp16, fp32]
+bound: memory
+techniques: [mla-absorbed, split-kv, flash-decoding, lse-reduce, head-packing, online-softmax,
+             fp32-accumulate]
+status: reference
+launcher: mla_decode_attention_split
+tuning:
+  num_kv_splits: [8, 1, 2, 4, 16, 32]
+  block_h: [16, 32]
+  block_n: [32, 16, 64]
+  num_warps: [8, 4]
+measured: []
+---
+The operator of mla_decode_attention_absorbed (absorbed MLA decode: scores q_nope . c_kv + q_pe .
+k_pe, output P . c_kv in latent space), restructured for small batches with long contexts: each
+batch entry's tokens are cut into NUM_KV_SPLITS equal chunks (rounded to BLOCK_N, so every entry
+of a ragged batch is split evenly), and the grid is batch x head block x split. A split program
+packs BLOCK_H heads into the tensor-core M dimension, reuses its c_kv tile as V, and writes an
+unnormalised fp32 partial (running max, denominator, BLOCK_H x rank accumulator). A second kernel,
+one program per (batch, head), streams over the used splits and merges them with a running
+log-sum-exp, so its registers hold one rank-wide row whatever the split count. Bytes: (rank +
+rope) x 2 B per token per head block, plus (rank + 2) x 4 B per head and split through the
+workspace (written and read once). Limits: the workspace grows with splits x heads x rank (32 x
+128 x 512 x 4 B = 8 MiB per batch entry at the largest setting); more splits than BLOCK_N-sized
+chunks leaves the surplus programs idle; fp32 inputs use TF32 on the GPU.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    """Return acc + a @ b with an fp32 accumulator (exact fp32 operands under the interpreter)."""
+    if UPCAST:
+        # CPU interpreter: its bf16 tl.dot is wrong, so multiply exact fp32 copies
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a.to(b.dtype), b, acc)  # GPU: tensor cores on the storage dtype
+    return acc
+
+
+@triton.jit
+def _split_chunk(seq_len, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Return one batch entry's tokens per split (a BLOCK_N multiple; both kernels use it)."""
+    return tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def _attention_mla_split_partial_kernel(
+    # pointers
+    q_nope_ptr,
+    q_pe_ptr,
+    c_kv_ptr,
+    k_pe_ptr,
+    m_part_ptr,  # (B, H, NUM_SPLITS) fp32, log2 domain
+    l_part_ptr,  # (B, H, NUM_SPLITS) fp32
+    acc_part_ptr,  # (B, H, NUM_SPLITS, rank) fp32, unnormalised
+    seq_lens_ptr,
+    # sizes and scalars
+    num_heads,
+    rank,
+    rope_dim,
+    scale_log2e,
+    # strides (elements; last axes contiguous)
+    stride_qnb,
+    stride_qnh,
+    stride_qpb,
+    stride_qph,
+    stride_cb,
+    stride_ct,
+    stride_kb,
+    stride_kt,
+    # meta
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    batch = tl.program_id(0)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + batch)
+    chunk = _split_chunk(seq_len, NUM_SPLITS, BLOCK_N)
+    split_start = split * chunk
+    if split_start >= seq_len:  # an empty split; the merge never reads its slot
+        return
+    split_end = tl.minimum(seq_len, split_start + chunk)
+
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_p = tl.arange(0, BLOCK_P)
+    mask_h = offs_h < num_heads
+    mask_r = offs_r < rank
+    mask_p = offs_p < rope_dim
+
+    qn_ptrs = q_nope_ptr + batch * stride_qnb + offs_h[:, None] * stride_qnh + offs_r[None, :]
+    q_nope = tl.load(qn_ptrs, mask=mask_h[:, None] & mask_r[None, :], other=0.0)
+    qp_ptrs = q_pe_ptr + batch * stride_qpb + offs_h[:, None] * stride_qph + offs_p[None, :]
+    q_pe = tl.load(qp_ptrs, mask=mask_h[:, None] & mask_p[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_R], tl.float32)  # fp32 accumulation
+
+    c_base = c_kv_ptr + batch.to(tl.int64) * stride_cb
+    k_base = k_pe_ptr + batch.to(tl.int64) * stride_kb
+    for n_start in range(split_start, split_end, BLOCK_N):
+        tok = n_start + offs_n
+        mask_n = tok < split_end
+        c_ptrs = c_base + tok[:, None].to(tl.int64) * stride_ct + offs_r[None, :]
+        c_kv = tl.load(c_ptrs, mask=mask_n[:, None] & mask_r[None, :], other=0.0)  # key and value
+        kp_ptrs = k_base + tok[:, None].to(tl.int64) * stride_kt + offs_p[None, :]
+        k_pe = tl.load(kp_ptrs, mask=mask_n[:, None] & mask_p[None, :], other=0.0)
+
+        s = _mma(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], tl.float32), UPCAST)
+        s = _mma(q_pe, tl.trans(k_pe), s, UPCAST) * scale_log2e
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))  # finite: each step has a valid token
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = _mma(p, c_kv, acc * alpha[:, None], UPCAST)
+        m_i = m_new
+
+    # workspace rows: (batch, head, split), contiguous
+    slot = (batch * num_heads + offs_h).to(tl.int64) * NUM_SPLITS + split
+    tl.store(m_part_ptr + slot, m_i, mask=mask_h)
+    tl.store(l_part_ptr + slot, l_i, mask=mask_h)
+    a_ptrs = acc_part_ptr + slot[:, None] * rank + offs_r[None, :]
+    tl.store(a_ptrs, acc, mask=mask_h[:, None] & mask_r[None, :])
+
+
+@triton.jit
+def _attention_mla_split_merge_kernel(
+    # pointers
+    m_part_ptr,
+    l_part_ptr,
+    acc_part_ptr,
+    out_ptr,
+    seq_lens_ptr,
+    # sizes
+    num_heads,
+    rank,
+    # strides (elements)
+    stride_ob,
+    stride_oh,
+    # meta
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # must match the partial kernel (it fixes the chunk size)
+    BLOCK_R: tl.constexpr,
+):
+    batch = tl.program_id(0)
+    head = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + batch)
+    chunk = _split_chunk(seq_len, NUM_SPLITS, BLOCK_N)
+    used = tl.cdiv(seq_len, tl.maximum(chunk, 1))  # splits that hold at least one token
+    offs_r = tl.arange(0, BLOCK_R)
+    mask_r = offs_r < rank
+    base = (batch * num_heads + head).to(tl.int64) * NUM_SPLITS
+
+    # streaming log-sum-exp merge: one rank-wide row in registers at a time
+    m_run = float("-inf")
+    l_run = 0.0
+    acc = tl.zeros([BLOCK_R], tl.float32)
+    for split in range(0, used):
+        m = tl.load(m_part_ptr + base + split)
+        m_new = tl.maximum(m_run, m)
+        old_w = tl.exp2(m_run - m_new)  # first split: exp2(-inf) = 0
+        new_w = tl.exp2(m - m_new)
+        l_run = l_run * old_w + tl.load(l_part_ptr + base + split) * new_w
+        part = tl.load(acc_part_ptr + (base + split) * rank + offs_r, mask=mask_r, other=0.0)
+        acc = acc * old_w + part * new_w
+        m_run = m_new
+
+    out = acc / tl.where(l_run > 0.0, l_run, 1.0)  # seq_len 0 writes zeros
+    o_ptrs = out_ptr + batch * stride_ob + head * stride_oh + offs_r
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_r)
+
+
+def _launch_config(batch: int, num_heads: int, rank: int, device: torch.device) -> dict[str, int]:
+    """Return splits (enough programs for two waves, at most 32) and tiles that do not spill."""
+    sms = (
+        torch.cuda.get_device_properties(device).multi_processor_count
+        if device.type == "cuda"
+        else 132
+    )
+    block_h = 16 if rank >= 256 or num_heads <= 16 else 32
+    base = batch * triton.cdiv(num_heads, block_h)
+    splits = min(32, triton.next_power_of_2(triton.cdiv(2 * sms, base)))
+    return {"num_kv_splits": splits, "block_h": block_h, "block_n": 32, "num_warps": 8}
+
+
+def _interpreting() -> bool:
+    """Return whether Triton runs in its CPU interpreter (it then needs fp32 tl.dot operands)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _validate(q_nope, q_pe, c_kv, k_pe, seq_lens) -> None:
+    """Raise ValueError naming the shapes when the inputs do not fit together."""
+    shapes = (f"q_nope {tuple(q_nope.shape)}, q_pe {tuple(q_pe.shape)}, c_kv {tuple(c_kv.shape)},"
+              f" k_pe {tuple(k_pe.shape)}, seq_lens {tuple(seq_lens.shape)}")  # fmt: skip
+    if any(t.dim() != 3 for t in (q_nope, q_pe, c_kv, k_pe)):
+        raise ValueError(
+            f"need q_nope (B, H, R), q_pe (B, H, P), c_kv (B, T, R), k_pe (B, T, P); got {shapes}"
+        )
+    b, h, r = q_nope.shape
+    if q_pe.shape[:2] != (b, h) or c_kv.shape[0] != b or c_kv.shape[2] != r:
+        raise ValueError(f"batch, heads or kv_lora_rank disagree: {shapes}")
+    if k_pe.shape[:2] != c_kv.shape[:2] or k_pe.shape[2] != q_pe.shape[2] or seq_lens.shape != (b,):
+        raise ValueError(f"tokens or rope_dim disagree: {shapes}")
+    if r < 16 or q_pe.shape[2] < 16:
+        raise ValueError(f"kv_lora_rank and rope_dim must be >= 16 (tensor-core K): {shapes}")
+    if len({t.dtype for t in (q_nope, q_pe, c_kv, k_pe)}) != 1 or seq_lens.dtype != torch.int32:
+        raise ValueError("q_nope, q_pe, c_kv, k_pe need one dtype and seq_lens int32")
+    if any(t.stride(2) != 1 for t in (q_nope, q_pe, c_kv, k_pe)):
+        raise ValueError("every tensor needs a contiguous last axis")
+
+
+def mla_decode_attention_split(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    c_kv: torch.Tensor,
+    k_pe: torch.Tensor,
+    seq_lens: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    *,
+    num_kv_splits: int | None = None,
+    block_h: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Return MLA decode attention in latent space, split over the KV length.
+
+    Args:
+        q_nope: (B, H, R) bf16/fp16/fp32, queries already multiplied by W_UK (R = kv_lora_rank).
+        q_pe: (B, H, P) same dtype, rotary part of the queries (P = rope_dim).
+        c_kv: (B, T, R) same dtype, the latent cache (keys and values).
+        k_pe: (B, T, P) same dtype, the shared rotary keys.
+        seq_lens: (B,) int32 valid tokens per batch entry (<= T); None means all T.
+        softmax_scale: Score scale; None means 1/sqrt(R + P).
+        num_kv_splits: Chunks each entry's tokens are cut into; None uses the heuristic.
+        block_h: Heads per program (power of two >= 16); None uses the heuristic.
+        block_n: Tokens per loop step (power of two >= 16); None uses the heuristic.
+        num_warps: Warps per split program; None uses the heuristic.
+
+    Returns:
+        (B, H, R) tensor of q_nope's dtype.
+
+    Raises:
+        ValueError: Shapes, dtypes or layouts do not fit together.
+    """
+    b, h, r = q_nope.shape
+    if seq_lens is None:
+        seq_lens = torch.full((b,), c_kv.shape[1], dtype=torch.int32, device=q_nope.device)
+    _validate(q_nope, q_pe, c_kv, k_pe, seq_lens)
+    p = q_pe.shape[2]
+    out = torch.empty_like(q_nope)
+    if b == 0 or h == 0:
+        return out
+    scale = softmax_scale if softmax_scale is not None else (r + p) ** -0.5
+    cfg = _launch_config(b, h, r, q_nope.device)
+    splits = num_kv_splits or cfg["num_kv_splits"]
+    bh, bn = block_h or cfg["block_h"], block_n or cfg["block_n"]
+    block_r = triton.next_power_of_2(r)
+    # fp32 workspace; slots of empty splits stay unwritten and unread
+    m_part = torch.empty((b, h, splits), dtype=torch.float32, device=q_nope.device)
+    l_part = torch.empty_like(m_part)
+    acc_part = torch.empty((b, h, splits, r), dtype=torch.float32, device=q_nope.device)
+    _attention_mla_split_partial_kernel[(b, triton.cdiv(h, bh), splits)](
+        q_nope, q_pe, c_kv, k_pe, m_part, l_part, acc_part, seq_lens,
+        h, r, p, scale * 1.4426950408889634,
+        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+        c_kv.stride(0), c_kv.stride(1), k_pe.stride(0), k_pe.stride(1),
+        NUM_SPLITS=splits, BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=block_r,
+        BLOCK_P=triton.next_power_of_2(p), UPCAST=_interpreting(),
+        num_warps=num_warps or cfg["num_warps"], num_stages=2,
+    )  # fmt: skip
+    _attention_mla_split_merge_kernel[(b, h)](
+        m_part, l_part, acc_part, out, seq_lens,
+        h, r,
+        out.stride(0), out.stride(1),
+        NUM_SPLITS=splits, BLOCK_N=bn, BLOCK_R=block_r, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def reference(q_nope, q_pe, c_kv, k_pe, seq_lens=None, softmax_scale=None):
+    """Score against the latent and rope keys, softmax in fp32, and mix the latent rows."""
+    b, _, r = q_nope.shape
+    scale = softmax_scale if softmax_scale is not None else (r + q_pe.shape[2]) ** -0.5
+    out = torch.empty_like(q_nope)
+    for i in range(b):
+        n = c_kv.shape[1] if seq_lens is None else int(seq_lens[i])
+        ckv, kpe = c_kv[i, :n].float(), k_pe[i, :n].float()
+        scores = (q_nope[i].float() @ ckv.T + q_pe[i].float() @ kpe.T) * scale  # (H, n)
+        out[i] = (scores.softmax(-1) @ ckv).to(q_nope.dtype)
+    return out
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
+    """Return absorbed MLA decode inputs with N(0, 1) entries.
+
+    ``shape``: ``batch``, ``num_heads``, ``seq_len`` (cache length T), optional ``seq_lens`` (list,
+    each <= T), ``kv_lora_rank`` (512) and ``rope_dim`` (64).
+    """
+    b, h, t = shape["batch"], shape["num_heads"], shape["seq_len"]
+    r, p = shape.get("kv_lora_rank", 512), shape.get("rope_dim", 64)
+    lens = shape.get("seq_lens", [t] * b)
+    return {
+        "q_nope": torch.randn(b, h, r, device=device).to(dtype),
+        "q_pe": torch.randn(b, h, p, device=device).to(dtype),
+        "c_kv": torch.randn(b, t, r, device=device).to(dtype),
+        "k_pe": torch.randn(b, t, p, device=device).to(dtype),
+        "seq_lens": torch.tensor(lens, dtype=torch.int32, device=device),
+    }

@@ -1,0 +1,270 @@
+"""
+---
+id: gated_delta_rule_chunked_tokens
+title: Gated delta rule over T tokens, one program per (batch, v-head), state kept in registers
+op_family: other
+dsl: triton
+vendor: nvidia
+arch: [sm_80, sm_90]
+dtypes: [bf16, fp16, fp32]
+bound: latency
+techniques: [token-loop, state-in-registers, fused-gating, l2norm-qk, gqa, recurrent-scan]
+status: reference
+launcher: gated_delta_rule_chunked_tokens
+tuning:
+  num_warps: [4, 1, 2, 8]
+measured: []
+---
+The token-sequential gated delta rule for short prefills (T of 2..a few hundred) and multi-token
+decode: g_t = -exp(A_log) * softplus(a_t + dt_bias), beta_t = sigmoid(b_t), L2-normalised q_t, k_t,
+then per token S <- exp(g_t) S; v_new = beta_t (v_t - S^T k_t); S <- S + k_t v_new^T; o_t = S^T q_t
+* K^-0.5. One program per (sequence, v-head) loads its whole (K, V) fp32 state once, walks the T
+tokens in order with the state never leaving registers, writes o_t every step and the state once at
+the end: state traffic is 2 * K * V * 4 bytes per (sequence, head) however long T is, and each token
+costs only its q, k, v reads and o write. GQA: v-head hv reads q/k head hv // (HV / HQ). final_state
+is a copy of initial_state with the used slots advanced (slot < 0: start from zeros, not written
+back). Limits: the loop is serial, latency grows linearly with T and B * HV programs may not fill
+the GPU (a chunked WY / parallel-scan form is the long-prefill design); a 128 x 128 fp32 state needs
+8+ warps to stay in registers; equal-length sequences only (no cu_seqlens); duplicate slots race.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gated_delta_rule_chunked_tokens_kernel(
+    # pointers (all contiguous)
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    a_ptr,
+    b_ptr,
+    a_log_ptr,
+    dt_bias_ptr,
+    state_ptr,
+    idx_ptr,
+    out_ptr,
+    # sizes
+    T,
+    HQ,
+    HV,
+    K,
+    V,
+    # scalars
+    scale,
+    # meta
+    USE_QK_L2NORM: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    batch = pid // HV
+    hv = pid % HV
+    hq = hv // (HV // HQ)  # GQA: several v-heads share one q/k head
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_v = tl.arange(0, BLOCK_V)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+
+    # per-head constants, fp32
+    neg_a = -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32))
+    dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+
+    # the whole (K, V) fp32 state of this sequence's slot, loaded once; slot < 0 starts from zeros
+    slot = tl.load(idx_ptr + batch).to(tl.int64)
+    s_ptrs = (state_ptr + (slot * HV + hv) * K * V
+              + offs_k[:, None].to(tl.int64) * V + offs_v[None, :])  # fmt: skip
+    s_mask = mask_k[:, None] & mask_v[None, :] & (slot >= 0)
+    S = tl.load(s_ptrs, mask=s_mask, other=0.0)
+
+    # row offsets of token 0; each step advances by one token (int64: B*T*H*D can pass 2^31)
+    qk_row = (batch.to(tl.int64) * T * HQ + hq) * K
+    gate_row = batch.to(tl.int64) * T * HV + hv
+    for _ in range(T):  # tokens in order; the row offsets below carry the position
+        # gates of token t: decay = exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b)
+        x = tl.load(a_ptr + gate_row).to(tl.float32) + dt_bias
+        decay = tl.exp(neg_a * tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x))
+        beta = tl.sigmoid(tl.load(b_ptr + gate_row).to(tl.float32))
+
+        q = tl.load(q_ptr + qk_row + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + qk_row + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + gate_row * V + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+        if USE_QK_L2NORM:
+            q = q * tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
+            k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+
+        # the delta-rule step; S stays in registers across the whole loop
+        S = S * decay
+        v_new = (v - tl.sum(S * k[:, None], axis=0)) * beta
+        S = S + k[:, None] * v_new[None, :]
+        o = tl.sum(S * q[:, None], axis=0) * scale
+        tl.store(out_ptr + gate_row * V + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
+
+        qk_row += HQ * K
+        gate_row += HV
+
+    tl.store(s_ptrs, S, mask=s_mask)
+
+
+def _launch_config(k: int, v: int) -> dict[str, int]:
+    """Return the full state tile and warps (about 16 fp32 state values per thread, <= 8 warps)."""
+    block_k, block_v = triton.next_power_of_2(k), triton.next_power_of_2(v)
+    return {
+        "block_k": block_k,
+        "block_v": block_v,
+        "num_warps": max(1, min(block_k * block_v // 512, 8)),
+    }
+
+
+def _check(q, k, v, a, b, A_log, dt_bias, initial_state, initial_state_indices) -> None:
+    """Raise ValueError unless the inputs fit the (B, T, heads, dim) contract."""
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"need q, k (B,T,HQ,K), v (B,T,HV,V); got {q.shape}, {k.shape}, {v.shape}")
+    bsz, t, hq, kd = q.shape
+    hv, vd = v.shape[2:]
+    if hv % hq or a.shape != (bsz, t, hv) or b.shape != a.shape:
+        raise ValueError(f"need HV % HQ == 0 and a, b ({bsz}, {t}, {hv}); got {a.shape}, {b.shape}")
+    if A_log.shape != (hv,) or dt_bias.shape != (hv,):
+        raise ValueError(f"A_log, dt_bias must be ({hv},); got {A_log.shape}, {dt_bias.shape}")
+    st = initial_state
+    if st.dim() != 4 or st.shape[1:] != (hv, kd, vd) or st.dtype != torch.float32:
+        raise ValueError(
+            f"initial_state must be fp32 (N, {hv}, {kd}, {vd}); got {st.shape} {st.dtype}"
+        )
+    if initial_state_indices.shape != (bsz,) or kd * vd > 128 * 128:
+        raise ValueError(
+            f"indices must be ({bsz},) and K * V <= 16384; got {initial_state_indices.shape}"
+        )
+
+
+def gated_delta_rule_chunked_tokens(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,  # noqa: N803 - the model's parameter name
+    dt_bias: torch.Tensor,
+    initial_state: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+    *,
+    num_warps: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the gated delta rule over T tokens for every (sequence, v-head).
+
+    Args:
+        q: (B, T, HQ, K) bf16/fp16/fp32.
+        k: (B, T, HQ, K) same dtype.
+        v: (B, T, HV, V) same dtype; HV a multiple of HQ.
+        a: (B, T, HV) gate input (any float dtype).
+        b: (B, T, HV) write-strength input (beta = sigmoid(b)).
+        A_log: (HV,) log decay rate (fp32 in models).
+        dt_bias: (HV,) added to a before the softplus.
+        initial_state: (N, HV, K, V) fp32 state slots (not modified).
+        initial_state_indices: (B,) int32/int64 slot of each sequence; < 0 = start from zeros.
+        scale: Output scale; None = K^-0.5.
+        use_qk_l2norm: L2-normalise q and k (eps 1e-6) before use.
+        num_warps: Warps per program; None picks by state size.
+
+    Returns:
+        (out, final_state): out (B, T, HV, V) in q's dtype; final_state (N, HV, K, V) fp32, a
+        copy of initial_state with each sequence's slot advanced by T tokens.
+
+    Raises:
+        ValueError: The shapes do not fit or K * V > 16384.
+    """
+    _check(q, k, v, a, b, A_log, dt_bias, initial_state, initial_state_indices)
+    bsz, t, hq, kd = q.shape
+    hv, vd = v.shape[2:]
+    out = torch.empty((bsz, t, hv, vd), dtype=q.dtype, device=q.device)
+    final_state = initial_state.contiguous().clone()  # out of place: the input slots stay intact
+    if bsz == 0 or t == 0:
+        return out, final_state
+    cfg = _launch_config(kd, vd)
+    if num_warps is not None:
+        cfg["num_warps"] = num_warps
+    c = [x.contiguous() for x in (q, k, v, a, b, A_log, dt_bias)]
+    _gated_delta_rule_chunked_tokens_kernel[(bsz * hv,)](
+        *c, final_state, initial_state_indices, out,
+        t, hq, hv, kd, vd,
+        kd**-0.5 if scale is None else scale,
+        USE_QK_L2NORM=use_qk_l2norm,
+        BLOCK_K=cfg["block_k"], BLOCK_V=cfg["block_v"],
+        num_warps=cfg["num_warps"],
+    )  # fmt: skip
+    return out, final_state
+
+
+def reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,  # noqa: N803 - the model's parameter name
+    dt_bias: torch.Tensor,
+    initial_state: torch.Tensor,
+    initial_state_indices: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the token-sequential recurrence in fp32 PyTorch."""
+    bsz, t, hq, kd = q.shape
+    hv = v.shape[2]
+    scale = kd**-0.5 if scale is None else scale
+    qf = q.float().repeat_interleave(hv // hq, dim=2)
+    kf = k.float().repeat_interleave(hv // hq, dim=2)
+    if use_qk_l2norm:
+        qf = qf * torch.rsqrt(qf.pow(2).sum(-1, keepdim=True) + 1e-6)
+        kf = kf * torch.rsqrt(kf.pow(2).sum(-1, keepdim=True) + 1e-6)
+    x = a.float() + dt_bias.float()
+    decay = torch.exp(-A_log.float().exp() * torch.where(x <= 20.0, torch.log1p(x.exp()), x))
+    beta = torch.sigmoid(b.float())
+    final_state = initial_state.clone()
+    out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for i in range(bsz):
+        slot = int(initial_state_indices[i])
+        S = (
+            initial_state[slot].clone()
+            if slot >= 0
+            else initial_state.new_zeros(initial_state.shape[1:])
+        )
+        for j in range(t):
+            S = S * decay[i, j][:, None, None]
+            v_new = (v[i, j].float() - torch.einsum("hkv,hk->hv", S, kf[i, j])) * beta[i, j][
+                :, None
+            ]
+            S = S + kf[i, j][:, :, None] * v_new[:, None, :]
+            out[i, j] = torch.einsum("hkv,hk->hv", S, qf[i, j]) * scale
+        if slot >= 0:
+            final_state[slot] = S
+    return out.to(q.dtype), final_state
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
+    """Return launcher kwargs for ``shape = {"batch", "tokens", "q_heads", "v_heads", "head_dim"}``.
+
+    a, A_log and dt_bias ~ 0.02 N(0, 1) as in the atrex operator; q, k, v, b and the state ~ N(0, 1)
+    (atrex uses 0.02 throughout) so that every term shows in a check. Slots are a random choice of
+    B + 1; the last sequence uses slot -1 when ``"pad_slot": True``.
+    """
+    bsz, t, hq, hv = shape["batch"], shape["tokens"], shape["q_heads"], shape["v_heads"]
+    d = shape["head_dim"]
+    indices = torch.randperm(bsz + 1, device=device)[:bsz].to(torch.int32)
+    if shape.get("pad_slot"):
+        indices[-1] = -1
+    return {
+        "q": torch.randn(bsz, t, hq, d, device=device).to(dtype),
+        "k": torch.randn(bsz, t, hq, d, device=device).to(dtype),
+        "v": torch.randn(bsz, t, hv, d, device=device).to(dtype),
+        "a": (torch.randn(bsz, t, hv, device=device) * 0.02).to(dtype),
+        "b": torch.randn(bsz, t, hv, device=device).to(dtype),
+        "A_log": torch.randn(hv, device=device) * 0.02,
+        "dt_bias": (torch.randn(hv, device=device) * 0.02).to(dtype),
+        "initial_state": torch.randn(bsz + 1, hv, d, d, device=device),
+        "initial_state_indices": indices,
+    }

@@ -1,0 +1,129 @@
+"""Attention reference kernels (helper k1) against their own ``reference()``, interpreted."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from aka.spec.frontmatter import kernel_header
+
+KERNELS = Path(__file__).resolve().parents[2] / "reference_kernels"
+TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1e-2, 1e-2)}
+
+PREFILL = [
+    {"seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2, "head_dim": 32},
+    # kv_len > q_len (cached context), a group of 3 and a non-power-of-two head_dim
+    {"seq_lens": [5, 17, 20], "context_lens": [0, 30, 3], "num_heads_q": 6, "num_heads_kv": 2,
+     "head_dim": 40},
+    {"seq_lens": [16, 2], "num_heads_q": 4, "num_heads_kv": 1, "head_dim": 64},  # MQA, one tile
+]  # fmt: skip
+DECODE_PAGED = [
+    {"seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2, "head_dim": 32},
+    {"seq_lens": [0, 40, 16], "num_heads_q": 6, "num_heads_kv": 2, "head_dim": 40},
+    {"seq_lens": [70], "num_heads_q": 4, "num_heads_kv": 4, "head_dim": 64},
+]
+MLA = [
+    {"batch": 2, "num_heads": 4, "seq_len": 37, "kv_lora_rank": 64, "rope_dim": 16},
+    {"batch": 3, "num_heads": 20, "seq_len": 40, "seq_lens": [0, 17, 40], "kv_lora_rank": 64,
+     "rope_dim": 16},
+    {"batch": 1, "num_heads": 16, "seq_len": 16, "kv_lora_rank": 48, "rope_dim": 24},
+]  # fmt: skip
+VARLEN = [
+    {"seq_lens": [1, 17, 33], "num_heads": 4, "head_dim": 32},
+    {"seq_lens": [5, 40, 20], "num_heads": 4, "num_heads_kv": 2, "head_dim": 40},
+    {"seq_lens": [16, 2], "num_heads": 2, "head_dim": 64},
+]
+DECODE_DENSE = [
+    {"batch": 3, "seq_len": 33, "seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2,
+     "head_dim": 32},
+    {"batch": 2, "seq_len": 40, "seq_lens": [0, 40], "num_heads_q": 6, "num_heads_kv": 2,
+     "head_dim": 40},
+    {"batch": 2, "seq_len": 20, "num_heads_q": 20, "num_heads_kv": 1, "head_dim": 64},  # group 20
+]  # fmt: skip
+
+# kernel id -> (shapes, small tiles that force several tiles/splits on the tiny shapes)
+KERNEL_CASES = {
+    "unified_attention_qblock": (PREFILL, {"block_m": 16, "block_n": 16}),
+    "unified_attention_gqa_packed": (PREFILL, {"block_m": 16, "block_n": 16}),
+    "paged_decode_attention_per_head": (DECODE_PAGED, {"pages_per_step": 1}),
+    "paged_decode_attention_split_kv": (DECODE_PAGED, {"partition_size": 16}),
+    "mla_decode_attention_absorbed": (MLA, {"block_n": 16}),
+    "mla_decode_attention_split": (MLA, {"num_kv_splits": 4, "block_n": 16}),
+    "flash_attention_varlen_fwd": (VARLEN, {"block_m": 16, "block_n": 16}),
+    "flash_attention_varlen_causal_skip": (
+        [dict(s, causal=c) for s in VARLEN for c in (True, False)],
+        {"block_m": 16, "block_n": 16},
+    ),
+    "attention_decode_dense_gqa": (DECODE_DENSE, {"block_n": 16}),
+}
+
+
+def _path(kernel_id: str) -> str:
+    return f"triton/attention/{kernel_id}.py"
+
+
+def _tuning_extremes(kernel_id: str) -> list[dict]:
+    """The declared tuning space's first values, its last values, and the heuristic (empty)."""
+    meta, _ = kernel_header((KERNELS / _path(kernel_id)).read_text(), source=kernel_id)
+    tuning = meta["tuning"]
+    return [{k: v[0] for k, v in tuning.items()}, {k: v[-1] for k, v in tuning.items()}, {}]
+
+
+def _check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    atol, rtol = TOL[dtype]
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    torch.testing.assert_close(out.float(), ref.float(), atol=atol, rtol=rtol)
+    # a whole-output check so an all-zero output cannot pass
+    assert (out.float() - ref.float()).norm() <= rtol * ref.float().norm() + atol
+
+
+def _run(mod, kernel_id: str, inputs: dict, tuning: dict) -> torch.Tensor:
+    return getattr(mod, kernel_id)(**inputs, **tuning)
+
+
+def _case_id(kernel_id: str, index: int, shape: dict) -> str:
+    causal = {True: "-causal", False: "-full"}.get(shape.get("causal"), "")
+    return f"{kernel_id}-case{index}{causal}"
+
+
+@pytest.mark.parametrize(
+    ("kernel_id", "shape"),
+    [
+        pytest.param(k, s, id=_case_id(k, i, s))
+        for k, (shapes, _) in KERNEL_CASES.items()
+        for i, s in enumerate(shapes)
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_attention_k1_matches_reference(load_kernel, kernel_id, shape, dtype):
+    mod = load_kernel(_path(kernel_id))
+    inputs = mod.make_inputs(shape, dtype)
+    out = _run(mod, kernel_id, inputs, KERNEL_CASES[kernel_id][1])
+    _check(out, mod.reference(**inputs), dtype)
+
+
+@pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["first", "last", "heuristic"])
+def test_attention_k1_tuning_extremes(load_kernel, kernel_id, which):
+    mod = load_kernel(_path(kernel_id))
+    shapes, _ = KERNEL_CASES[kernel_id]
+    inputs = mod.make_inputs(shapes[0], torch.float32)
+    out = _run(mod, kernel_id, inputs, _tuning_extremes(kernel_id)[which])
+    _check(out, mod.reference(**inputs), torch.float32)
+
+
+@pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))
+def test_attention_k1_rejects_mismatched_head_dim(load_kernel, kernel_id):
+    mod = load_kernel(_path(kernel_id))
+    inputs = mod.make_inputs(KERNEL_CASES[kernel_id][0][0], torch.float32)
+    first = next(iter(inputs))  # the query tensor in every launcher
+    inputs[first] = inputs[first][..., :-1].contiguous()
+    with pytest.raises(ValueError, match="q"):
+        getattr(mod, kernel_id)(**inputs)
+
+
+def test_attention_k1_headers_name_their_file_and_launcher():
+    for kernel_id in KERNEL_CASES:
+        path = KERNELS / _path(kernel_id)
+        meta, _ = kernel_header(path.read_text(), source=str(path))
+        assert meta["id"] == Path(path).stem == meta["launcher"]
