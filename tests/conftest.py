@@ -37,6 +37,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Runs after ``-m`` deselection, so torch is imported only when a gpu test is still selected.
     """
+    # Reference kernels run in Triton's interpreter in this process, which works only if
+    # triton.language is first imported with TRITON_INTERPRET=1 (its own @jit helpers, tl.sum and
+    # friends, are decorated at import). Run them before any test that imports triton normally.
+    items.sort(key=lambda item: 0 if "reference_kernels" in item.path.parts else 1)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
