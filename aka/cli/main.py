@@ -16,6 +16,7 @@ from aka.cli import bench as bench_cmd
 from aka.cli import config as config_cmd
 from aka.cli import hardware as hardware_cmd
 from aka.cli import kb as kb_cmd
+from aka.cli import optimize as optimize_cmd
 from aka.cli.state import CliState
 from aka.core import (
     AkaError,
@@ -44,6 +45,7 @@ app.add_typer(bench_cmd.app, name="bench")
 app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(kb_cmd.app, name="kb")
 app.add_typer(config_cmd.app, name="config")
+app.command("optimize")(optimize_cmd.optimize)
 
 
 def _version(value: bool) -> None:

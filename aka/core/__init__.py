@@ -2,6 +2,7 @@
 
 from aka.core.config import (
     OFFLINE_ENV_DEFAULTS,
+    AgentConfig,
     BenchConfig,
     KBConfig,
     LLMConfig,
@@ -31,6 +32,7 @@ from aka.core.progress import ProgressCallback, ProgressEvent, emit
 
 __all__ = [
     "OFFLINE_ENV_DEFAULTS",
+    "AgentConfig",
     "AgentError",
     "AkaError",
     "BaselineError",

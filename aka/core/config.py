@@ -27,6 +27,7 @@ from aka.core.errors import ConfigError
 
 __all__ = [
     "OFFLINE_ENV_DEFAULTS",
+    "AgentConfig",
     "BenchConfig",
     "KBConfig",
     "LLMConfig",
@@ -152,6 +153,35 @@ class LLMConfig(_Section):
     api_key: SecretStr | None = Field(default=None, description="Provider key (never logged).")
     temperature: float = Field(default=0.7, ge=0, le=2)
     max_retries: int = Field(default=3, ge=0)
+    timeout_s: float = Field(default=600.0, gt=0, description="One completion call, seconds.")
+    max_output_tokens: int = Field(default=8192, ge=256)
+
+
+class AgentConfig(_Section):
+    """The optimization loop: budgets, stop rule, dropout and the promotion rule."""
+
+    max_iters: int = Field(default=8, ge=1, description="Propose/evaluate rounds at most.")
+    wall_time_s: float | None = Field(default=None, gt=0, description="Wall-clock budget.")
+    max_tokens: int | None = Field(default=None, ge=1, description="LLM tokens (in + out).")
+    max_cost_usd: float | None = Field(default=None, gt=0, description="LLM cost (litellm).")
+    max_gpu_s: float | None = Field(default=None, gt=0, description="Seconds of GPU work.")
+    target_sol: float | None = Field(
+        default=0.9, gt=0, le=1, description="Stop when the incumbent reaches this SOL fraction."
+    )
+    candidates_per_round: int = Field(default=2, ge=1, le=16)
+    patience: int = Field(default=3, ge=1, description="Stalled rounds before a dropout.")
+    dropout: bool = Field(default=True, description="Switch optimization dropout on or off.")
+    dropout_mask_fraction: float = Field(default=0.5, ge=0, le=1)
+    seed: int = Field(default=0)
+    pairs: int = Field(default=3, ge=3, description="ABAB pairs in the promotion re-measure.")
+    noise_floor: float = Field(
+        default=0.01, ge=0, description="Smallest relative gain a promotion must clear."
+    )
+    max_history_prompt: int = Field(default=12, ge=1, description="History lines in a prompt.")
+    cpu_stop_when_correct: bool = Field(
+        default=True,
+        description="In the CPU interpreter nothing is timed: stop once a correct kernel exists.",
+    )
 
 
 class KBConfig(_Section):
@@ -182,6 +212,7 @@ class Settings(BaseSettings):
     paths: PathsConfig = Field(default_factory=PathsConfig)
     bench: BenchConfig = Field(default_factory=BenchConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
     kb: KBConfig = Field(default_factory=KBConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
 

@@ -96,7 +96,8 @@ def test_shapes_in_by_split() -> None:
 
     assert [s.id for s in smoke] == ["smoke_t8_h1000", "smoke_t33_h256"]
     assert all(s.split is Split.TUNE for s in tune) and len(tune) == 4
-    assert problem.shapes_in({Split.HOLDOUT}) == []
+    holdout = problem.shapes_in({Split.HOLDOUT})
+    assert [s.id for s in holdout] == ["holdout_b128_h5120", "holdout_t2048_h6144"]
     assert problem.shapes_in() == problem.shapes
     assert len(problem.shapes_in({Split.TUNE, Split.SMOKE})) == 6
 
