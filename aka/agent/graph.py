@@ -598,7 +598,7 @@ def build_graph(rt: AgentRuntime, checkpointer: Any = None) -> Any:
     """Compile the graph for ``rt`` (with ``checkpointer``, e.g. a ``SqliteSaver``)."""
     from langgraph.graph import END, START, StateGraph
 
-    graph = StateGraph(AgentState)
+    graph: Any = StateGraph(AgentState)  # Any: the overloads of add_node reject closures
     graph.add_node("setup", _timed(node_setup, rt))
     graph.add_node("propose", _timed(node_propose, rt))
     graph.add_node("evaluate", _timed(node_evaluate, rt))

@@ -103,9 +103,9 @@ def plan_run(
         out_dir=str(run_dir),
         model=model or settings.llm.model,
         api_base=api_base or settings.llm.api_base,
-        dsl=dsl,  # type: ignore[arg-type]
+        dsl=dsl,
         from_kernel=str(from_kernel.resolve()) if from_kernel else None,
-        device=device,  # type: ignore[arg-type]
+        device=device,
         use_kb=use_kb,
         agent=settings.agent.model_dump(mode="json"),
     )
@@ -196,10 +196,10 @@ def _default_profile(rt: AgentRuntime) -> Callable[[str, str, Any], ProfileRepor
         profile_data = getattr(rt.scorer, "profile", None)
         if not rt.scorer.cpu and profile_data is not None:
             timed = [r for r in result.shapes if r.latency_us is not None]
-            slowest = max(timed, key=lambda r: r.latency_us.median if r.latency_us else 0.0)
-            data = profile_data(
-                rt.problem, source, shape_id=slowest.shape_id if timed else None
+            slowest = max(
+                timed, key=lambda r: r.latency_us.median if r.latency_us else 0.0, default=None
             )
+            data = profile_data(rt.problem, source, shape_id=slowest.shape_id if slowest else None)
         return diagnose(cid, result, data, result.manifest.ceilings or None)
 
     return profile

@@ -10,7 +10,9 @@ from aka.bench.correctness import (
     compare_outputs,
     tolerance_for,
 )
+from aka.bench.paired import PairedComparison, PairedShape
 from aka.bench.pipeline import Scorer
+from aka.bench.profile import KernelFacts, NcuKernelMetrics, ProfileData
 from aka.bench.result import (
     Bound,
     EvalResult,
@@ -22,20 +24,29 @@ from aka.bench.result import (
     Verdict,
 )
 from aka.bench.screen import ScreenReport, screen_source
+from aka.bench.signature import ArgInfo, InputSignature, TensorInfo
 from aka.bench.stats import geomean, iqr, latency_stats, median
 
 __all__ = [
     "TOLERANCES",
+    "ArgInfo",
     "Bound",
     "CheckOutcome",
     "EvalResult",
     "Failure",
+    "InputSignature",
+    "KernelFacts",
     "LatencyStats",
     "Manifest",
+    "NcuKernelMetrics",
+    "PairedComparison",
+    "PairedShape",
+    "ProfileData",
     "Scorer",
     "ScreenFinding",
     "ScreenReport",
     "ShapeResult",
+    "TensorInfo",
     "Tolerance",
     "Verdict",
     "compare_outputs",

@@ -22,7 +22,8 @@ from aka.core import BenchError, ProgressCallback, ProgressEvent, emit
 if TYPE_CHECKING:
     from aka.bench.pipeline import Scorer, _Reference, _Run
     from aka.bench.sandbox import WorkerOutcome
-    from aka.hardware import DeviceCeilings, DeviceInfo
+    from aka.hardware import CostCounts, DeviceCeilings, DeviceInfo
+    from aka.spec import ComputeUnit
 
 __all__ = ["cached_compile_shapes", "judge_performance", "scorer_ceilings"]
 
@@ -200,6 +201,9 @@ def judge_performance(
             "baselines_us": baselines,
             "t_sol_us": t_sol_us,
             "bound": sol.bound,
+            "bytes": costs.bytes_total,
+            "flops": costs.flops_total,
+            "compute_unit": _dominant_unit(costs, ceilings),
             "sol_fraction": s_frac,
             "flags": [*row.flags, *flags],
             "speedup_vs": {k: v.median / windows.stream.median for k, v in baselines.items()},
@@ -235,6 +239,13 @@ def judge_performance(
     return scorer._finish(
         run, Verdict.ACCEPTED, None, measured=True, score=problem_score(rows), extra=extra
     )
+
+
+def _dominant_unit(costs: CostCounts, ceilings: DeviceCeilings) -> ComputeUnit | None:
+    """The compute unit whose FLOPs take the longest at its peak rate (None: no FLOPs)."""
+    rates = ceilings.rates_flops_per_s
+    times = {u: f / rates[u] for u, f in costs.flops_by_unit.items() if f > 0 and u in rates}
+    return max(times, key=lambda u: times[u]) if times else None
 
 
 def _recheck_timed(

@@ -15,13 +15,14 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aka.bench.correctness import CheckOutcome, Tolerance, compare_outputs, tolerance_for
 from aka.bench.result import EvalResult, Failure, Manifest, ShapeResult, Verdict
 from aka.bench.sandbox import WorkerOutcome, start_worker
 from aka.bench.score import confirm_suspicious
 from aka.bench.screen import screen_source
+from aka.bench.signature import InputSignature
 from aka.core import (
     BaselineError,
     BenchConfig,
@@ -32,6 +33,10 @@ from aka.core import (
     emit,
 )
 from aka.spec import ProblemFormat, ProblemSpec, ShapeCase, Split
+
+if TYPE_CHECKING:
+    from aka.bench.paired import PairedComparison
+    from aka.bench.profile import ProfileData
 
 __all__ = ["Scorer"]
 
@@ -155,6 +160,29 @@ class Scorer:
             chosen = problem.shapes_in({Split.TUNE, Split.HOLDOUT})
         ids = {s.id for s in chosen}
         return chosen, [i for i in known if i not in ids]
+
+    # ---------------------------------------------------------------- signature
+    def input_signature(self, problem: ProblemSpec, shape_id: str | None = None) -> InputSignature:
+        """Describe how the reference is called: forward's arguments, init values, outputs.
+
+        The reference runs once in a fresh reference worker (never in this process).
+
+        Args:
+            problem: The loaded problem.
+            shape_id: The shape to describe (default: the first smoke shape on the CPU, the first
+                tune shape on a GPU).
+
+        Returns:
+            The signature the agent's adapter maps kernels onto.
+
+        Raises:
+            SpecError: An unknown shape id, or no shape to run.
+            BaselineError: The reference itself fails.
+            SandboxError: The worker could not be started.
+        """
+        from aka.bench.signature import signature_from_worker
+
+        return signature_from_worker(self, problem, shape_id)
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(
@@ -307,6 +335,87 @@ class Scorer:
             )
         run.sandbox["entry_class"] = report.entry_class
         return None
+
+    # ---------------------------------------------------------------- compare and profile
+    def compare(
+        self,
+        problem: ProblemSpec,
+        a_source: str,
+        b_source: str,
+        *,
+        shape_ids: list[str] | None = None,
+        pairs: int = 3,
+        samples_per_batch: int | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> PairedComparison:
+        """Re-measure A (incumbent) and B (candidate) interleaved, ABAB, in two fresh workers.
+
+        Both should be accepted candidates already: this times, it does not check outputs.
+
+        Args:
+            problem: The loaded problem.
+            a_source: The incumbent's file text.
+            b_source: The candidate's file text.
+            shape_ids: Shapes to compare (default: the tune shapes).
+            pairs: A/B pairs per shape (at least 3).
+            samples_per_batch: Timed calls per batch (default: ``min_samples``).
+            progress: Receives one ``ProgressEvent`` per pair.
+
+        Returns:
+            The comparison; ``measured=False`` with a note on the CPU or when a worker fails.
+
+        Raises:
+            ConfigError: ``pairs`` < 3.
+            SpecError: An unknown shape id.
+            SandboxError: A worker could not be started.
+        """
+        from aka.bench.paired import compare_paired
+
+        return compare_paired(
+            self,
+            problem,
+            a_source,
+            b_source,
+            shape_ids=shape_ids,
+            pairs=pairs,
+            samples_per_batch=samples_per_batch,
+            progress=progress,
+        )
+
+    def profile(
+        self,
+        problem: ProblemSpec,
+        source: str,
+        *,
+        shape_id: str | None = None,
+        ncu: bool | None = None,
+    ) -> ProfileData:
+        """Run a candidate once on one shape and collect compiler facts and ncu metrics.
+
+        Args:
+            problem: The loaded problem.
+            source: The candidate file's text.
+            shape_id: The shape (default: the first tune shape; on the CPU the first smoke one).
+            ncu: None runs Nsight Compute when ``ncu`` is on the PATH, False never does.
+
+        Returns:
+            The facts; on the CPU interpreter none, with a note. Failures are notes too.
+
+        Raises:
+            SpecError: An unknown shape id.
+            SandboxError: A worker could not be started.
+        """
+        from aka.bench.profile import profile_candidate
+
+        return profile_candidate(self, problem, source, shape_id=shape_id, ncu=ncu)
+
+    def _entry_class(self, problem: ProblemSpec, source: str) -> tuple[str | None, str]:
+        """Screen ``source``; return its entry class, or None and why it cannot run."""
+        run = _Run(problem=problem, source=source, shapes=[], skipped=[], mode=self.mode)
+        early = self._screen(run)
+        if early is not None:
+            return None, early.failure.message if early.failure else early.verdict.value
+        return str(run.sandbox["entry_class"]), ""
 
     # ---------------------------------------------------------------- workers
     def _task(self, role: str, problem: ProblemSpec, shapes: list[ShapeCase]) -> dict[str, Any]:

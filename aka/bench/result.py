@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aka.spec import Phase, Split
+from aka.spec import ComputeUnit, Phase, Split
 
 __all__ = [
     "Bound",
@@ -90,6 +90,13 @@ class ShapeResult(_Model):
     baselines_us: dict[str, LatencyStats] = Field(default_factory=dict)
     t_sol_us: float | None = None
     bound: Bound | None = None
+    bytes: float | None = Field(
+        default=None, description="Unique bytes read + written that T_sol prices (roofline)."
+    )
+    flops: float | None = Field(default=None, description="FLOPs that T_sol prices, all units.")
+    compute_unit: ComputeUnit | None = Field(
+        default=None, description="The unit whose FLOP time dominates (its peak prices compute)."
+    )
     sol_fraction: float | None = Field(default=None, description="S = T_sol / T, capped at 1.")
     speedup_vs: dict[str, float] = Field(default_factory=dict, description="baseline / T.")
     flags: list[str] = Field(default_factory=list)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,6 +252,7 @@ def start_worker(
     gpu_index: int | None,
     timeout_s: float,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    launcher: Sequence[str] = (),
 ) -> WorkerHandle:
     """Start a worker on ``task`` in a fresh sandbox directory.
 
@@ -263,6 +264,8 @@ def start_worker(
         gpu_index: The GPU to expose.
         timeout_s: Wall-clock limit; the group is killed after it.
         on_event: Called with each event the worker writes.
+        launcher: A command the worker runs under (e.g. an ``ncu ...`` prefix); it gets the same
+            environment, rlimits, directory and process group.
 
     Raises:
         SandboxError: The process could not be started.
@@ -274,7 +277,7 @@ def start_worker(
     log = (workdir / "worker.log").open("wb")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "aka.bench._worker_main", str(workdir)],
+            [*launcher, sys.executable, "-m", "aka.bench._worker_main", str(workdir)],
             cwd=workdir,
             env=build_worker_env(workdir, interpret=interpret, gpu_index=gpu_index),
             stdin=subprocess.DEVNULL,

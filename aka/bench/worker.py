@@ -3,8 +3,10 @@
 Runs untrusted code, so it only produces raw facts (output tensors, samples, stage markers) into
 its directory; the parent decides every verdict. Two roles: ``reference`` (reference outputs and
 roofline costs) and ``candidate`` (baselines built and fingerprinted first, then the candidate
-imported, run for correctness, and, once the parent says so, timed). Must not import anything the
-parent would need to trust afterwards; it never sees reference outputs.
+imported, run for correctness, and, once the parent says so, timed). The roles ``pair`` (the
+paired re-measurement) and ``profile`` (compiler facts) live in ``aka.bench.paired`` and
+``aka.bench.profile``. Must not import anything the parent would need to trust afterwards; it
+never sees reference outputs.
 """
 
 from __future__ import annotations
@@ -332,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(workdir)
     ev = EventLog(workdir / "events.jsonl")
     task = json.loads((workdir / "task.json").read_text())
-    isolated = _isolate_network()
+    # The parent turns isolation off only for an ncu pass (ncu talks to its target over a socket).
+    isolated = _isolate_network() if task.get("isolate_network", True) else False
     ev.emit("started", network_isolated=isolated, pid=os.getpid())
     result: dict[str, Any]
     try:
@@ -340,7 +343,17 @@ def main(argv: list[str] | None = None) -> int:
             return _finish(workdir, ev, _measure_ceilings(), isolated)
         rt = ProblemRuntime.load(task["problem"], workdir, task["device"])
         ev.emit("setup")
-        roles = {"reference": run_reference, "candidate": run_candidate}
+        from aka.bench.paired import run_pair_worker
+        from aka.bench.profile import run_profile_worker
+        from aka.bench.signature import run_signature_worker
+
+        roles = {
+            "reference": run_reference,
+            "candidate": run_candidate,
+            "pair": run_pair_worker,
+            "profile": run_profile_worker,
+            "signature": run_signature_worker,
+        }
         result = roles[task["role"]](task, rt, ev, workdir)
         if task.get("describe_device"):
             result["device"] = _describe_device()

@@ -32,7 +32,7 @@ PROBLEM = EXAMPLE / "op.yaml"
 ROWWISE = (EXAMPLE / "candidate.py").read_text()
 MULTIROW = (EXAMPLE / "candidate_multirow.py").read_text()
 
-FALLBACK = '''
+FALLBACK = """
 import torch
 
 
@@ -44,11 +44,14 @@ class ModelNew(torch.nn.Module):
     def forward(self, x, weight):
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * weight).to(x.dtype)
-'''
+"""
 
 
 # a candidate with a syntax error (the missing colon): the scorer's verdict is compile_error
-SYNTAX = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x, weight)\n        return x\n"
+SYNTAX = (
+    "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+    "    def forward(self, x, weight)\n        return x\n"
+)
 
 
 def reply(family: str, source: str, why: str = "") -> str:

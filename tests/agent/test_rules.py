@@ -83,8 +83,17 @@ def test_dropout_masks_a_seeded_half_and_protects_anchors() -> None:
                              forbidden=[], cleared_messages=0)  # fmt: skip
     assert again.masked_ids == event.masked_ids
     others = {
-        tuple(apply_dropout(records, incumbent_id="c5", round_=8, fraction=0.5, seed=s,
-                            forbidden=[], cleared_messages=0)[1].masked_ids)  # fmt: skip
+        tuple(
+            apply_dropout(
+                records,
+                incumbent_id="c5",
+                round_=8,
+                fraction=0.5,
+                seed=s,
+                forbidden=[],
+                cleared_messages=0,
+            )[1].masked_ids
+        )  # fmt: skip
         for s in range(8)
     }
     assert len(others) > 1

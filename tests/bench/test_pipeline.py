@@ -31,6 +31,8 @@ def test_correct_candidate_is_accepted_without_timing(
         "decode_b256_h8192",
         "prefill_t4096_h4096",
         "prefill_t16384_h8192",
+        "holdout_b128_h5120",
+        "holdout_t2048_h6144",
     }
     assert result.manifest.mode == "cpu_interpreter"
     assert result.manifest.seeds == [0, 1, 2]

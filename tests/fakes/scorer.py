@@ -1,9 +1,9 @@
 """Scorers for agent tests.
 
 ``TimedCPUScorer`` wraps the real ``aka.bench.Scorer`` in CPU-interpreter mode: the real screen,
-sandboxed workers and correctness checks decide every verdict; only the timing, which the CPU cannot
-measure, comes from a ``# fake-latency-us: N`` comment in the candidate. That keeps the loop tests on
-the real scoring path while making promotions deterministic.
+sandboxed workers and correctness checks decide every verdict; only the timing, which the CPU
+cannot measure, comes from a ``# fake-latency-us: N`` comment in the candidate. That keeps the
+loop tests on the real scoring path while making promotions deterministic.
 
 ``SyntheticScorer`` never runs code: verdict and latency both come from comments
 (``# fake-verdict: wrong_output``). It is for graph unit tests only (routing, budgets, dropout).
@@ -150,9 +150,7 @@ class SyntheticScorer(_CompareMixin):
         self.calls.append("holdout" if holdout else "evaluate")
         m = _VERDICT.search(candidate_source)
         verdict = Verdict(m.group(1)) if m else Verdict.ACCEPTED
-        rows = [
-            ShapeResult(shape_id=i, split=by_id[i].split, verdict=verdict) for i in ids
-        ]
+        rows = [ShapeResult(shape_id=i, split=by_id[i].split, verdict=verdict) for i in ids]
         failure = None if verdict is Verdict.ACCEPTED else Failure(kind=verdict, message="bad")
         result = EvalResult(
             verdict=verdict,
@@ -161,8 +159,11 @@ class SyntheticScorer(_CompareMixin):
             shapes=rows,
             score=None if verdict is Verdict.ACCEPTED else 0.0,
             manifest=Manifest(
-                source_sha256="x", problem_sha256="y", problem_name=problem.name,
-                mode="cpu_interpreter" if self._cpu else "gpu", created_at="now",
+                source_sha256="x",
+                problem_sha256="y",
+                problem_name=problem.name,
+                mode="cpu_interpreter" if self._cpu else "gpu",
+                created_at="now",
             ),  # fmt: skip
         )
         latency = fake_latency(candidate_source)

@@ -12,8 +12,13 @@ techniques: [flat-1d-grid, index-decomposition, fused-gate, double-rounding, exp
 status: reference
 launcher: silu_and_mul_flat
 tuning:
+  round_act: [true, false]
   block: [1024, 256, 512, 2048, 4096]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32]}
+returns:
+  - {name: out, shape: [..., D], dtype: x}
 measured: []
 ---
 The SwiGLU activation out = silu(gate) * up for x (..., 2d) = [gate | up], treated as one flat
@@ -22,7 +27,8 @@ lane recovers its (row, column) with one division and one modulo to address gate
 col and up at + d. The grid size depends only on T * d, so a single decode row of d = 14336 still
 spreads over 14 programs at BLOCK = 1024, and prefill gets a large, even grid. Numerics as the eager
 expression silu(gate.float()).to(dtype) * up: fp32 SiLU rounded to the output dtype, then the
-product rounded again (double rounding, on purpose). Bytes per output: 2 reads + 1 write (6 bytes in
+product rounded again (double rounding, on purpose; round_act=False rounds once, as an fp32
+reference does). Bytes per output: 2 reads + 1 write (6 bytes in
 bf16). Limits: the per-element div/mod costs integer instructions (cheap next to memory time, but a
 row-structured grid avoids it); chunks straddle rows, so a chunk's gate and up reads are two or
 three runs rather than one; needs an even last dimension.
@@ -45,6 +51,7 @@ def _silu_and_mul_flat_kernel(
     stride_xm,
     stride_om,
     # meta
+    ROUND_ACT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     # int64 flat index: T * d can pass 2^31 for long prefills with a wide MLP
@@ -56,9 +63,11 @@ def _silu_and_mul_flat_kernel(
     gate_ptrs = x_ptr + row * stride_xm + col
     gate = tl.load(gate_ptrs, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(gate_ptrs + D, mask=mask, other=0.0).to(tl.float32)
-    # silu in fp32, rounded to the output dtype BEFORE the multiply (double rounding on purpose)
-    act = (gate / (1.0 + tl.exp2(-gate * 1.4426950408889634))).to(out_ptr.dtype.element_ty)
-    out = act.to(tl.float32) * up
+    act = gate / (1.0 + tl.exp2(-gate * 1.4426950408889634))  # silu in fp32
+    if ROUND_ACT:
+        # rounded to the output dtype BEFORE the multiply, as the eager expression does
+        act = act.to(out_ptr.dtype.element_ty).to(tl.float32)
+    out = act * up
     tl.store(out_ptr + row * stride_om + col, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -73,12 +82,15 @@ def silu_and_mul_flat(
     *,
     block: int | None = None,
     num_warps: int | None = None,
+    round_act: bool = True,
 ) -> torch.Tensor:
-    """Return silu(x[..., :d]) * x[..., d:] with the SiLU rounded to x's dtype first.
+    """Return silu(x[..., :d]) * x[..., d:], by default with the SiLU rounded to x's dtype first.
 
     Args:
         x: (..., 2d) bf16/fp16/fp32, last dimension contiguous; [gate | up].
         block: Output elements per program (power of two); None = min(1024, next_pow2(T * d)).
+        round_act: Round silu(gate) to x's dtype before the multiply (eager PyTorch's double
+            rounding); False keeps it in fp32 and rounds once (an fp32 reference's numerics).
         num_warps: Warps per program; None picks by block.
 
     Returns:
@@ -104,6 +116,7 @@ def silu_and_mul_flat(
             x2, out,
             total, d,
             x2.stride(0), out.stride(0),
+            ROUND_ACT=round_act,
             BLOCK=cfg["block"],
             num_warps=cfg["num_warps"],
         )  # fmt: skip

@@ -12,8 +12,13 @@ techniques: [row-per-program, chunked-loop, fused-gate, double-rounding, exp2]
 status: reference
 launcher: silu_and_mul_rowwise
 tuning:
+  round_act: [true, false]
   block_n: [1024, 256, 512, 2048, 4096]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32]}
+returns:
+  - {name: out, shape: [..., D], dtype: x}
 measured: []
 ---
 The SwiGLU activation of a gated MLP: x (..., 2d) holds [gate | up] and out = silu(gate) * up (...,
@@ -21,7 +26,8 @@ d). Numerics follow the eager PyTorch expression silu(gate.float()).to(dtype) * 
 evaluated in fp32 (through exp2), ROUNDED to the output dtype, and only then multiplied by up in
 fp32 and rounded again. The double rounding is deliberate: it tracks that reference to the last bit
 except where the fp32 SiLU itself differs in its last bit, while a single rounding differs by one
-ulp on ~25% of bf16 outputs of N(0, 1) data. One program per row walks the row's d output columns in
+ulp on ~25% of bf16 outputs of N(0, 1) data; round_act=False gives that single rounding, for
+references computed wholly in fp32. One program per row walks the row's d output columns in
 BLOCK_N chunks, reading the gate and up halves of each chunk as two contiguous runs. Bytes per
 output element: 2 reads + 1 write (6 bytes in bf16). Limits: one program per row, so decode (T =
 1..8 rows) runs on a few SMs (silu_and_mul_flat spreads it); needs an even last dimension.
@@ -43,6 +49,7 @@ def _silu_and_mul_rowwise_kernel(
     stride_xm,
     stride_om,
     # meta
+    ROUND_ACT: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
@@ -56,9 +63,11 @@ def _silu_and_mul_rowwise_kernel(
         mask = cols < D
         gate = tl.load(gate_row + cols, mask=mask, other=0.0).to(tl.float32)
         up = tl.load(up_row + cols, mask=mask, other=0.0).to(tl.float32)
-        # silu in fp32, rounded to the output dtype BEFORE the multiply (double rounding on purpose)
-        act = (gate / (1.0 + tl.exp2(-gate * 1.4426950408889634))).to(out_ptr.dtype.element_ty)
-        out = act.to(tl.float32) * up
+        act = gate / (1.0 + tl.exp2(-gate * 1.4426950408889634))  # silu in fp32
+        if ROUND_ACT:
+            # rounded to the output dtype BEFORE the multiply, as the eager expression does
+            act = act.to(out_ptr.dtype.element_ty).to(tl.float32)
+        out = act * up
         tl.store(out_row + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -73,12 +82,15 @@ def silu_and_mul_rowwise(
     *,
     block_n: int | None = None,
     num_warps: int | None = None,
+    round_act: bool = True,
 ) -> torch.Tensor:
-    """Return silu(x[..., :d]) * x[..., d:] with the SiLU rounded to x's dtype first.
+    """Return silu(x[..., :d]) * x[..., d:], by default with the SiLU rounded to x's dtype first.
 
     Args:
         x: (..., 2d) bf16/fp16/fp32, last dimension contiguous; [gate | up].
         block_n: Output columns per loop step (power of two); None = min(next_pow2(d), 4096).
+        round_act: Round silu(gate) to x's dtype before the multiply (eager PyTorch's double
+            rounding); False keeps it in fp32 and rounds once (an fp32 reference's numerics).
         num_warps: Warps per program; None picks by chunk width.
 
     Returns:
@@ -103,6 +115,7 @@ def silu_and_mul_rowwise(
             x2, out,
             d,
             x2.stride(0), out.stride(0),
+            ROUND_ACT=round_act,
             BLOCK_N=cfg["block_n"],
             num_warps=cfg["num_warps"],
         )  # fmt: skip

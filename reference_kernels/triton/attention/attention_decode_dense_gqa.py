@@ -14,6 +14,14 @@ launcher: attention_decode_dense_gqa
 tuning:
   block_n: [64, 16, 32, 128]
   num_warps: [4, 2, 8]
+args:
+  q: {shape: [B, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [B, T, HKV, D], like: q, aliases: [key, k_cache]}
+  v: {shape: [B, T, HKV, D], like: q, aliases: [value, v_cache]}
+  seq_lens: {shape: [B], dtypes: [int32], optional: true, aliases: [cache_seqlens, context_lens]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+returns:
+  - {name: out, shape: [B, HQ, D], dtype: q}
 measured: []
 ---
 Decode attention (one query token per batch entry) over a dense, unpaged KV cache k, v of shape

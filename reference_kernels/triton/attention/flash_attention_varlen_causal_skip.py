@@ -16,6 +16,16 @@ tuning:
   block_m: [128, 16, 32, 64]
   block_n: [32, 16, 64]
   num_warps: [8, 2, 4]
+args:
+  q: {shape: [TT, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [TT, HKV, D], like: q, aliases: [key]}
+  v: {shape: [TT, HKV, D], like: q, aliases: [value]}
+  cu_seqlens: {shape: ['?'], dtypes: [int32], aliases: [cu_seqlens_q, cu_seq_lens]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+  max_seqlen: {type: int, default: null, aliases: [max_seq_len, max_seqlen_q]}
+  causal: {type: bool, default: false, aliases: [is_causal]}
+returns:
+  - {name: out, shape: [TT, HQ, D], dtype: q}
 measured: []
 ---
 The varlen attention forward of flash_attention_varlen_fwd (packed q, k, v of shape

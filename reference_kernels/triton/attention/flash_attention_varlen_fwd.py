@@ -15,6 +15,15 @@ tuning:
   block_m: [64, 16, 32, 128]
   block_n: [64, 16, 32, 128]
   num_warps: [4, 2, 8]
+args:
+  q: {shape: [TT, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [TT, HKV, D], like: q, aliases: [key]}
+  v: {shape: [TT, HKV, D], like: q, aliases: [value]}
+  cu_seqlens: {shape: ['?'], dtypes: [int32], aliases: [cu_seqlens_q, cu_seq_lens]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+  max_seqlen: {type: int, default: null, aliases: [max_seq_len, max_seqlen_q]}
+returns:
+  - {name: out, shape: [TT, HQ, D], dtype: q}
 measured: []
 ---
 Flash-attention forward for a packed batch of variable-length sequences (q, k, v all

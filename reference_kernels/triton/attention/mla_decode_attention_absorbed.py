@@ -16,6 +16,15 @@ tuning:
   block_h: [16, 32]
   block_n: [32, 16, 64]
   num_warps: [8, 4]
+args:
+  q_nope: {shape: [B, H, R], dtypes: [bf16, fp16, fp32]}
+  q_pe: {shape: [B, H, P], like: q_nope, aliases: [q_rope]}
+  c_kv: {shape: [B, T, R], like: q_nope, aliases: [kv_c, latent_cache, ckv]}
+  k_pe: {shape: [B, T, P], like: q_nope, aliases: [k_rope]}
+  seq_lens: {shape: [B], dtypes: [int32], optional: true, aliases: [cache_seqlens]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+returns:
+  - {name: out, shape: [B, H, R], dtype: q_nope}
 measured: []
 ---
 Multi-head latent attention (DeepSeek-V2/V3) for decode, after the up-projections have been

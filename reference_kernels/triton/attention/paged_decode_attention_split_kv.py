@@ -14,6 +14,15 @@ launcher: paged_decode_attention_split_kv
 tuning:
   partition_size: [512, 256, 128, 64, 16]
   num_warps: [4, 1, 2, 8]
+args:
+  query: {shape: [S, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [q]}
+  k_cache: {shape: [NB, HKV, PAGE, D], like: query, aliases: [key_cache]}
+  v_cache: {shape: [NB, HKV, PAGE, D], like: query, aliases: [value_cache]}
+  block_tables: {shape: [S, '?'], dtypes: [int32], aliases: [block_table]}
+  seq_lens: {shape: [S], dtypes: [int32], aliases: [context_lens, seqused_k]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+returns:
+  - {name: out, shape: [S, HQ, D], dtype: query}
 measured: []
 ---
 Decode attention (one query token per sequence) over a paged cache in the (num_blocks, HKV, PAGE,

@@ -16,6 +16,17 @@ tuning:
   block_m: [64, 16, 32, 128]
   block_n: [32, 16, 64]
   num_warps: [4, 2, 8]
+args:
+  q: {shape: [TT, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k_cache: {shape: [NB, PAGE, HKV, D], like: q, aliases: [key_cache]}
+  v_cache: {shape: [NB, PAGE, HKV, D], like: q, aliases: [value_cache]}
+  block_table: {shape: [S, '?'], dtypes: [int32], aliases: [block_tables]}
+  cu_seqlens_q: {shape: [S + 1], dtypes: [int32], aliases: [query_start_loc, cu_seqlens]}
+  seqused_k: {shape: [S], dtypes: [int32], aliases: [seq_lens, context_lens]}
+  softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+  max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
+returns:
+  - {name: out, shape: [TT, HQ, D], dtype: q}
 measured: []
 ---
 The same operator as unified_attention_qblock (causal attention of packed variable-length queries

@@ -14,6 +14,15 @@ launcher: reshape_and_cache_rowwise
 tuning:
   block_h: [4, 1, 2, 8, 16]
   num_warps: [4, 1, 2, 8]
+args:
+  key: {shape: [T, H, D], dtypes: [bf16, fp16, fp32], layout: any, flattened: true, aliases: [k]}
+  value: {shape: [T, H, D], like: key, layout: any, flattened: true, aliases: [v]}
+  key_cache: {shape: [NB, BS, H, D], like: key, layout: any, aliases: [k_cache]}
+  value_cache: {shape: [NB, BS, H, D], like: key, layout: any, aliases: [v_cache]}
+  slot_mapping: {shape: [T], dtypes: [int32, int64], aliases: [slots, slot_ids]}
+returns:
+  - {name: key_cache, alias: key_cache}
+  - {name: value_cache, alias: value_cache}
 measured: []
 ---
 The KV-cache write of paged attention: token t's key and value (H, D) go to slot s = slot_mapping[t]

@@ -15,6 +15,15 @@ tuning:
   block_t: [8, 1, 2, 4, 16, 32]
   block_c: [512, 128, 256, 1024, 2048]
   num_warps: [4, 1, 2, 8]
+args:
+  key: {shape: [T, H, D], dtypes: [bf16, fp16, fp32], layout: any, flattened: true, aliases: [k]}
+  value: {shape: [T, H, D], like: key, layout: any, flattened: true, aliases: [v]}
+  key_cache: {shape: [NB, BS, H, D], like: key, layout: contiguous, aliases: [k_cache]}
+  value_cache: {shape: [NB, BS, H, D], like: key, layout: contiguous, aliases: [v_cache]}
+  slot_mapping: {shape: [T], dtypes: [int32, int64], aliases: [slots, slot_ids]}
+returns:
+  - {name: key_cache, alias: key_cache}
+  - {name: value_cache, alias: value_cache}
 measured: []
 ---
 The paged KV-cache write (token t's K and V go to slot slot_mapping[t] of (num_blocks, block_size,

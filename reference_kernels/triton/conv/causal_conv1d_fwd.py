@@ -15,6 +15,14 @@ tuning:
   block_c: [64, 16, 32, 128]
   block_t: [64, 16, 32, 128]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., C, L], dtypes: [bf16, fp16, fp32], layout: any, aliases: [hidden_states]}
+  weight: {shape: [C, W], dtypes: [float], aliases: [conv_weight]}
+  bias: {shape: [C], dtypes: [float], optional: true, aliases: [conv_bias]}
+  initial_state: {shape: ['?', C, W - 1], dtypes: [float], optional: true, aliases: [conv_state]}
+  activation: {type: str, default: silu}
+returns:
+  - {name: out, shape: [..., C, L], dtype: x}
 measured: []
 ---
 The short causal convolution of Mamba / Gated DeltaNet blocks: each channel c of x (dim, T) is

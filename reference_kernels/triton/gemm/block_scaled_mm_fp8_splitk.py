@@ -18,6 +18,15 @@ tuning:
   block_n: [64, 32, 128]
   num_warps: [4, 2, 8]
   num_stages: [3, 4]
+args:
+  a: {shape: [M, K], dtypes: [fp8_e4m3fn], layout: any, aliases: [x, input]}
+  b: {shape: [N, K], dtypes: [fp8_e4m3fn], layout: any, aliases: [w, weight]}
+  a_scales:
+    {shape: [M, ceil(K / 128)], dtypes: [fp32], layout: any, aliases: [a_scale, scale_a]}
+  b_scales:
+    {shape: [ceil(N / 128), ceil(K / 128)], dtypes: [fp32], layout: any, aliases: [b_scale]}
+returns:
+  - {name: out, shape: [M, N], dtype: fp32}
 measured: []
 ---
 The block-scaled FP8 GEMM out = sum_kb (a_kb @ b_kb^T) * a_scale[m, kb] * b_scale[n // 128, kb] (a

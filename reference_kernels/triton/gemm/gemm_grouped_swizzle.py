@@ -19,6 +19,11 @@ tuning:
   block_k: [64, 32]
   num_warps: [8, 4]
   num_stages: [3, 4]
+args:
+  a: {shape: [M, K], dtypes: [bf16, fp16, fp32], layout: any, aliases: [x, input, mat1]}
+  b: {shape: [N, K], like: a, layout: any, aliases: [w, weight, mat2]}
+returns:
+  - {name: c, shape: [M, N], dtype: a}
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) on a 1D grid whose program ids are remapped so that

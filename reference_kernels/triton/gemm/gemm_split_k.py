@@ -18,6 +18,11 @@ tuning:
   block_k: [128, 64, 256]
   num_warps: [4, 2, 8]
   num_stages: [4, 3]
+args:
+  a: {shape: [M, K], dtypes: [bf16, fp16, fp32], layout: any, aliases: [x, input, mat1]}
+  b: {shape: [N, K], like: a, layout: any, aliases: [w, weight, mat2]}
+returns:
+  - {name: c, shape: [M, N], dtype: a}
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) for decode-like shapes (M = 1..64, K in the thousands)

@@ -17,6 +17,11 @@ tuning:
   block_k: [32, 16, 64]
   num_warps: [4, 2, 8]
   num_stages: [3, 2, 4]
+args:
+  a: {shape: [M, K], dtypes: [bf16, fp16, fp32], layout: any, aliases: [x, input, mat1]}
+  b: {shape: [N, K], like: a, layout: any, aliases: [w, weight, mat2]}
+returns:
+  - {name: c, shape: [M, N], dtype: a}
 measured: []
 ---
 The textbook tiled GEMM for C = A @ B^T with B in the (N, K) weight layout of a linear layer:

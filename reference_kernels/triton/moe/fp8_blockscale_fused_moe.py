@@ -17,6 +17,16 @@ tuning:
   block_n: [128, 64, 32]
   num_warps: [4, 8]
   num_stages: [3, 2, 4]
+args:
+  hidden: {shape: [T, H], dtypes: [fp8_e4m3fn], aliases: [hidden_states, x]}
+  a_scale: {shape: [T, ceil(H / 128)], dtypes: [fp32], aliases: [a_scales, x_scale]}
+  w1: {shape: [E, 2*I, H], dtypes: [fp8_e4m3fn], aliases: [w13, gate_up_proj]}
+  w1_scale: {shape: [E, ceil(2 * I / 128), ceil(H / 128)], dtypes: [fp32], aliases: [w13_scale]}
+  w2: {shape: [E, H, I], dtypes: [fp8_e4m3fn], aliases: [down_proj]}
+  w2_scale: {shape: [E, ceil(H / 128), ceil(I / 128)], dtypes: [fp32]}
+  topk_weights: {shape: [T, TOPK], dtypes: [fp32], aliases: [routing_weights]}
+  topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
+returns: [{name: out, shape: [T, H], dtype: bf16}]
 measured: []
 ---
 DeepSeek-style FP8 MoE, all quantisation NVIDIA e4m3fn (max 448, scale = absmax / 448): x (T, H) per
@@ -332,9 +342,8 @@ def fp8_blockscale_fused_moe(
         **meta,
     )  # fmt: skip
     block_h = min(1024, triton.next_power_of_2(h))
-    _fp8_moe_combine_kernel[(t, triton.cdiv(h, block_h))](
-        slot_out, out, h, TOP_K=top_k, BLOCK_H=block_h, num_warps=4
-    )
+    grid = (t, triton.cdiv(h, block_h))
+    _fp8_moe_combine_kernel[grid](slot_out, out, h, TOP_K=top_k, BLOCK_H=block_h, num_warps=4)
     return out
 
 
@@ -377,10 +386,8 @@ def _quantize(x: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
 def make_inputs(shape: dict, dtype: torch.dtype = torch.bfloat16, device: str = "cpu") -> dict:
     """Return quantised inputs for ``{"tokens", "hidden", "inter", "experts", "top_k"}``.
 
-    ``dtype`` (bf16) is the dtype the operands are drawn in before e4m3fn quantisation: x ~ N * 0.03
-    per 1x128 group, W1/W2 ~ N(0, 1) per 128x128 block; distinct experts per token from the top-k
-    of uniform logits, weights a softmax of N(0, 1).
-    """
+    Drawn in ``dtype`` (bf16), then e4m3fn: x ~ N * 0.03 per 1x128 group, W1/W2 ~ N(0, 1) per
+    128x128 block; distinct top-k experts of uniform logits, weights a softmax of N(0, 1)."""
     t, h, i = shape["tokens"], shape["hidden"], shape["inter"]
     e, k = shape["experts"], shape["top_k"]
     hidden, a_scale = _quantize((torch.randn(t, h, device=device) * 0.03).to(dtype), 1)

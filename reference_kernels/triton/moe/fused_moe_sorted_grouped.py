@@ -18,6 +18,14 @@ tuning:
   block_k: [64, 32, 128]
   num_warps: [4, 8]
   num_stages: [3, 2, 4]
+args:
+  hidden: {shape: [T, H], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, x]}
+  w1: {shape: [E, 2*I, H], like: hidden, aliases: [w13, gate_up_proj]}
+  w2: {shape: [E, H, I], like: hidden, aliases: [down_proj]}
+  topk_weights: {shape: [T, TOPK], dtypes: [fp32], aliases: [routing_weights]}
+  topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
+returns:
+  - {name: out, shape: [T, H], dtype: fp32}
 measured: []
 ---
 Prefill-style fused MoE out (T, H) fp32 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x

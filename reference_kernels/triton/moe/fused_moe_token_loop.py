@@ -16,6 +16,14 @@ tuning:
   block_n: [32, 16, 64]
   block_k: [128, 64, 256]
   num_warps: [4, 2, 8]
+args:
+  hidden: {shape: [T, H], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, x]}
+  w1: {shape: [E, 2*I, H], like: hidden, aliases: [w13, gate_up_proj]}
+  w2: {shape: [E, H, I], like: hidden, aliases: [down_proj]}
+  topk_weights: {shape: [T, TOPK], dtypes: [fp32], aliases: [routing_weights]}
+  topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
+returns:
+  - {name: out, shape: [T, H], dtype: fp32}
 measured: []
 ---
 Fused MoE out (T, H) fp32 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x W1u^T)) W2^T for

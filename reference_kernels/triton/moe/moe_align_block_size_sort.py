@@ -14,6 +14,14 @@ launcher: moe_align_block_size_sort
 tuning:
   chunk: [128, 32, 256]
   num_warps: [4, 1, 8]
+args:
+  topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
+  block_size: {type: int, aliases: [block_m]}
+  num_experts: {type: int, aliases: [n_experts, experts, n_routed_experts]}
+returns:
+  - {name: sorted_token_ids, shape: ['?'], dtype: int32}
+  - {name: expert_ids, shape: ['?'], dtype: int32}
+  - {name: num_tokens_post_pad, shape: [1], dtype: int32}
 measured: []
 ---
 Counting sort of the T*k (token, slot) routing pairs by expert, in three launches and without

@@ -15,6 +15,12 @@ tuning:
   block_t: [4, 1, 8]
   block_h: [512, 128, 2048]
   num_warps: [4, 2, 8]
+args:
+  expert_outputs: {shape: [T, TOPK, H], dtypes: [bf16, fp16, fp32], aliases: [x, hidden_states]}
+  topk_weights: {shape: [T, TOPK], dtypes: [fp32], optional: true, aliases: [routing_weights]}
+  routed_scaling_factor: {type: float, default: 1.0, aliases: [scaling_factor]}
+returns:
+  - {name: out, shape: [T, H], dtype: expert_outputs}
 measured: []
 ---
 out (T, H) = routed_scaling_factor * sum_j w[t, j] * expert_outputs[t, j, :] (weights optional, as

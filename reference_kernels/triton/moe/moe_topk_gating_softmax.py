@@ -13,6 +13,14 @@ status: reference
 launcher: moe_topk_gating_softmax
 tuning:
   num_warps: [2, 1, 4, 8]
+args:
+  gating_output:
+    {shape: [T, E], dtypes: [fp32, bf16, fp16], layout: any, aliases: [router_logits, logits]}
+  top_k: {type: int, aliases: [topk, k, num_experts_per_tok]}
+  renormalize: {type: bool, default: false, aliases: [normalize, norm_topk_prob]}
+returns:
+  - {name: topk_weights, shape: [T, top_k], dtype: fp32}
+  - {name: topk_ids, shape: [T, top_k], dtype: int32}
 measured: []
 ---
 Router for a mixture of experts: each program owns one token's (E,) logits row in registers, takes a

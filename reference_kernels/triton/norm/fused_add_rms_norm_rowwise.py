@@ -13,6 +13,14 @@ status: reference
 launcher: fused_add_rms_norm_rowwise
 tuning:
   num_warps: [4, 1, 2, 8, 16]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  residual: {shape: [..., N], like: x, aliases: [residual_in, res]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: out, shape: [..., N], dtype: x}
+  - {name: residual_out, shape: [..., N], dtype: x}
 measured: []
 ---
 The pre-norm transformer step h = x + residual; y = RMSNorm(h) * w in one kernel, one program per

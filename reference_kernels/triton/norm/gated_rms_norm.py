@@ -14,6 +14,13 @@ launcher: gated_rms_norm
 tuning:
   block_m: [16, 1, 4, 8, 32, 64]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  z: {shape: [..., N], like: x, aliases: [gate, g]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 The output norm of gated linear-attention / Mamba2 blocks: y = rmsnorm(x) * w * silu(z), normalising

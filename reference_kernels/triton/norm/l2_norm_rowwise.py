@@ -14,6 +14,11 @@ launcher: l2_norm_rowwise
 tuning:
   programs_per_sm: [4, 1, 2, 8]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 y = x * rsqrt(sum(x^2) + eps) per row (no weight), as used on q/k before linear-attention and

@@ -13,6 +13,13 @@ status: reference
 launcher: layer_norm_rowwise
 tuning:
   num_warps: [4, 1, 2, 8, 16]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  bias: {shape: [N], dtypes: [float], optional: true, aliases: [b]}
+  eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, layer_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b over the last dimension, one program per row

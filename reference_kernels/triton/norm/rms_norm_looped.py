@@ -14,6 +14,12 @@ launcher: rms_norm_looped
 tuning:
   block_n: [1024, 256, 512, 2048, 4096]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w for rows of any width: one program per row walks the row

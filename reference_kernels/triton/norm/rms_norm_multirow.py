@@ -14,6 +14,12 @@ launcher: rms_norm_multirow
 tuning:
   block_m: [8, 1, 2, 4, 16, 32]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w where each program owns a (BLOCK_M, BLOCK_N) tile:

@@ -13,6 +13,12 @@ status: reference
 launcher: rms_norm_rowwise
 tuning:
   num_warps: [4, 1, 2, 8, 16]
+args:
+  x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: y, shape: [..., N], dtype: x}
 measured: []
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w with one program per row: the program loads the whole row

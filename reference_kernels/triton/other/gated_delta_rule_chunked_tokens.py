@@ -13,6 +13,21 @@ status: reference
 launcher: gated_delta_rule_chunked_tokens
 tuning:
   num_warps: [4, 1, 2, 8]
+args:
+  q: {shape: [B, T, HQ, K], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [B, T, HQ, K], like: q, aliases: [key]}
+  v: {shape: [B, T, HV, V], like: q, aliases: [value]}
+  a: {shape: [B, T, HV], dtypes: [float], aliases: [alpha]}
+  b: {shape: [B, T, HV], dtypes: [float], aliases: [beta]}
+  A_log: {shape: [HV], dtypes: [float], aliases: [a_log]}
+  dt_bias: {shape: [HV], dtypes: [float]}
+  initial_state: {shape: [NS, HV, K, V], dtypes: [fp32], aliases: [state, ssm_state]}
+  initial_state_indices: {shape: [B], dtypes: [int32, int64], aliases: [state_indices]}
+  scale: {type: float, default: null, aliases: [softmax_scale]}
+  use_qk_l2norm: {type: bool, default: true, aliases: [use_qk_l2norm_in_kernel]}
+returns:
+  - {name: out, shape: [B, T, HV, V], dtype: q}
+  - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
 measured: []
 ---
 The token-sequential gated delta rule for short prefills (T of 2..a few hundred) and multi-token

@@ -14,6 +14,21 @@ launcher: gated_delta_rule_decode_update
 tuning:
   block_v: [32, 16, 64, 128]
   num_warps: [4, 1, 2, 8]
+args:
+  q: {shape: [B, 1, HQ, K], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [B, 1, HQ, K], like: q, aliases: [key]}
+  v: {shape: [B, 1, HV, V], like: q, aliases: [value]}
+  a: {shape: [B, 1, HV], dtypes: [float], aliases: [alpha]}
+  b: {shape: [B, 1, HV], dtypes: [float], aliases: [beta]}
+  A_log: {shape: [HV], dtypes: [float], aliases: [a_log]}
+  dt_bias: {shape: [HV], dtypes: [float]}
+  initial_state: {shape: [NS, HV, K, V], dtypes: [fp32], aliases: [state, ssm_state]}
+  initial_state_indices: {shape: [B], dtypes: [int32, int64], aliases: [state_indices]}
+  scale: {type: float, default: null, aliases: [softmax_scale]}
+  use_qk_l2norm: {type: bool, default: true, aliases: [use_qk_l2norm_in_kernel]}
+returns:
+  - {name: out, shape: [B, 1, HV, V], dtype: q}
+  - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
 measured: []
 ---
 One decode token (T = 1) of the gated delta rule (Gated DeltaNet linear attention) with its gating

@@ -14,6 +14,13 @@ launcher: per_token_group_quant_fp8
 tuning:
   block_m: [8, 1, 2, 4, 16, 32]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [T, N], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
+  group_size: {type: int, default: 128, aliases: [group, quant_group_size]}
+  column_major_scales: {type: bool, default: false}
+returns:
+  - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
+  - {name: scales, shape: [T, N / group_size], dtype: fp32}
 measured: []
 ---
 Fine-grained (DeepSeek-V3 style, 1 x 128) activation quantisation for block-scaled FP8 GEMMs: every

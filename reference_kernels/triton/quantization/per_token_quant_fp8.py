@@ -14,6 +14,11 @@ launcher: per_token_quant_fp8
 tuning:
   block_n: [1024, 256, 512, 2048, 4096]
   num_warps: [4, 1, 2, 8]
+args:
+  x: {shape: [T, N], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
+returns:
+  - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
+  - {name: scale, shape: [T, 1], dtype: fp32}
 measured: []
 ---
 Activation quantisation for FP8 GEMMs: each row (token) gets scale = max(absmax(row) / 448, 1e-10)

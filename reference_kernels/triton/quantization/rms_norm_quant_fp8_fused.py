@@ -13,6 +13,15 @@ status: reference
 launcher: rms_norm_quant_fp8_fused
 tuning:
   num_warps: [4, 1, 2, 8, 16]
+args:
+  x: {shape: [T, N], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
+  weight: {shape: [N], dtypes: [float], aliases: [w]}
+  residual: {shape: [T, N], like: x, optional: true, aliases: [residual_in, res]}
+  eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+returns:
+  - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
+  - {name: scale, shape: [T, 1], dtype: fp32}
+  - {name: residual_out, shape: [T, N], dtype: x, requires: residual}
 measured: []
 ---
 The pre-GEMM step of an FP8 transformer layer in one kernel: h = x + residual (rounded to the

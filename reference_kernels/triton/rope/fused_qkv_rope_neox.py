@@ -14,6 +14,17 @@ launcher: fused_qkv_rope_neox
 tuning:
   block_h: [4, 1, 2, 8, 16]
   num_warps: [4, 1, 2, 8]
+args:
+  qkv: {shape: [T, C], dtypes: [bf16, fp16, fp32], aliases: [qkv_proj, hidden_states]}
+  positions: {shape: [T], dtypes: [int32, int64], aliases: [position_ids, pos]}
+  num_heads: {type: int, aliases: [n_heads, num_attention_heads, num_q_heads]}
+  num_kv_heads: {type: int, aliases: [n_kv_heads, num_key_value_heads]}
+  head_dim: {type: int, default: 128, aliases: [head_size]}
+  base: {type: float, default: 10000.0, aliases: [rope_theta, theta, rope_base]}
+returns:
+  - {name: q, shape: [T, num_heads, head_dim], dtype: qkv}
+  - {name: k, shape: [T, num_kv_heads, head_dim], dtype: qkv}
+  - {name: v, shape: [T, num_kv_heads, head_dim], dtype: qkv}
 measured: []
 ---
 Takes the (T, (H + 2 * Hkv) * D) output of the fused QKV projection and writes q (T, H, D), k and v

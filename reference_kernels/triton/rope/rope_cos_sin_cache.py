@@ -13,6 +13,19 @@ status: reference
 launcher: rope_cos_sin_cache
 tuning:
   num_warps: [1, 2, 4]
+args:
+  q: {shape: [T, H, D], dtypes: [bf16, fp16, fp32], flattened: true, aliases: [query]}
+  k: {shape: [T, HKV, D], like: q, flattened: true, aliases: [key]}
+  cos_sin_cache: {shape: [P, R], dtypes: [float], aliases: [cos_sin, rope_cache]}
+  positions: {shape: [T], dtypes: [int32, int64], aliases: [position_ids, pos]}
+  is_neox: {type: bool, default: true, aliases: [is_neox_style, neox]}
+returns:
+  - {name: q_out, shape: [T, H, D], dtype: q}
+  - {name: k_out, shape: [T, HKV, D], dtype: k}
+dims:
+  D: [head_dim, head_size]
+  H: [num_heads, num_q_heads, n_heads]
+  HKV: [num_kv_heads, n_kv_heads]
 measured: []
 ---
 Rotary embedding for separate q (T, H, D) and k (T, Hkv, D) given a precomputed cos_sin_cache

@@ -14,6 +14,11 @@ launcher: topk_filter_bisect
 tuning:
   block_v: [1024, 256, 512, 2048, 4096]
   num_warps: [4, 1, 2, 8, 16]
+args:
+  logits: {shape: [T, V], dtypes: [fp32], aliases: [x, scores]}
+  top_k: {type: int, default: 50, aliases: [topk, k]}
+returns:
+  - {name: out, shape: [T, V], dtype: fp32}
 measured: []
 ---
 Top-k filtering of sampling logits: entries >= the k-th largest value of their row are kept, the

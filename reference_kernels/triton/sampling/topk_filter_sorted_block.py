@@ -14,6 +14,11 @@ launcher: topk_filter_sorted_block
 tuning:
   block_m: [1, 2, 4, 8]
   num_warps: [8, 2, 4, 16]
+args:
+  logits: {shape: [T, V], dtypes: [fp32], aliases: [x, scores]}
+  top_k: {type: int, default: 50, aliases: [topk, k]}
+returns:
+  - {name: out, shape: [T, V], dtype: fp32}
 measured: []
 ---
 Top-k filtering of sampling logits (entries >= the k-th largest value of the row are kept, the rest
