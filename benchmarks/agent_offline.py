@@ -82,6 +82,7 @@ def run_problem(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any
             "max_iters": args.max_iters,
             "candidates_per_round": args.candidates,
             "seed": args.seed,
+            "ncu": not args.no_ncu,
         }
     )
     settings = settings.model_copy(update={"paths": paths, "agent": agent})
@@ -110,6 +111,8 @@ def run_problem(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any
     best = next((c for c in rec.candidates if c.id == rec.incumbent_id), None)
     return {
         "problem": name,
+        "settings": {"max_iters": args.max_iters, "candidates": args.candidates,
+                     "seed": args.seed, "ncu": not args.no_ncu},  # fmt: skip
         "wall_s": wall,
         "stop_reason": rec.stop_reason,
         "rounds": rec.usage.iters,
@@ -192,6 +195,7 @@ def main() -> int:
     parser.add_argument("--max-iters", type=int, default=3)
     parser.add_argument("--candidates", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-ncu", action="store_true", help="profile without Nsight Compute")
     parser.add_argument("--kb", action="store_true", help="use the KB retriever (needs chromadb)")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/aka-agent-bench-cache"))
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -219,6 +223,7 @@ def main() -> int:
             "candidates": args.candidates,
             "seed": args.seed,
             "kb": args.kb,
+            "ncu": not args.no_ncu,
         },
         "problems": [],
     }

@@ -199,7 +199,12 @@ def _default_profile(rt: AgentRuntime) -> Callable[[str, str, Any], ProfileRepor
             slowest = max(
                 timed, key=lambda r: r.latency_us.median if r.latency_us else 0.0, default=None
             )
-            data = profile_data(rt.problem, source, shape_id=slowest.shape_id if slowest else None)
+            data = profile_data(
+                rt.problem,
+                source,
+                shape_id=slowest.shape_id if slowest else None,
+                ncu=None if rt.settings.agent.ncu else False,
+            )
         return diagnose(cid, result, data, result.manifest.ceilings or None)
 
     return profile

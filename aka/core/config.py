@@ -178,6 +178,7 @@ class AgentConfig(_Section):
         default=0.01, ge=0, description="Smallest relative gain a promotion must clear."
     )
     max_history_prompt: int = Field(default=12, ge=1, description="History lines in a prompt.")
+    ncu: bool = Field(default=True, description="Profile with Nsight Compute when ncu exists.")
     cpu_stop_when_correct: bool = Field(
         default=True,
         description="In the CPU interpreter nothing is timed: stop once a correct kernel exists.",
