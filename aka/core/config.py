@@ -47,6 +47,8 @@ OFFLINE_ENV_DEFAULTS: dict[str, str] = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "ANONYMIZED_TELEMETRY": "False",
     "ORT_DISABLE_TELEMETRY": "1",
+    # transformers' per-load "Loading weights" bars would break the CLI's live view
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
 
 _APP_NAME = "aka"

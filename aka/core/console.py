@@ -34,6 +34,9 @@ def setup_logging(level: str = "INFO", fmt: Literal["rich", "plain"] = "rich") -
     else:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # The handler filters too: libraries that set their own logger to DEBUG (bm25s does)
+    # would otherwise reach it through propagation.
+    handler.setLevel(level.upper())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
