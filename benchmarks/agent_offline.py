@@ -111,8 +111,12 @@ def run_problem(name: str, args: argparse.Namespace, out: Path) -> dict[str, Any
     best = next((c for c in rec.candidates if c.id == rec.incumbent_id), None)
     return {
         "problem": name,
-        "settings": {"max_iters": args.max_iters, "candidates": args.candidates,
-                     "seed": args.seed, "ncu": not args.no_ncu},  # fmt: skip
+        "settings": {
+            "max_iters": args.max_iters,
+            "candidates": args.candidates,
+            "seed": args.seed,
+            "ncu": not args.no_ncu,
+        },  # fmt: skip
         "wall_s": wall,
         "stop_reason": rec.stop_reason,
         "rounds": rec.usage.iters,
