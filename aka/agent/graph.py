@@ -154,6 +154,19 @@ def write_artifact(run_dir: Path, name: str, text: str) -> str:
     return rel.as_posix()
 
 
+def compact_ceilings(ceilings: dict[str, Any]) -> dict[str, Any]:
+    """The prompt-sized view of a ``DeviceCeilings`` dump (no raw measurements)."""
+    out: dict[str, Any] = {"source": ceilings.get("source")}
+    bandwidth = ceilings.get("bandwidth_bytes_per_s")
+    if bandwidth:
+        out["dram_bandwidth_TB_s"] = round(bandwidth / 1e12, 2)
+    for unit, rate in sorted((ceilings.get("rates_flops_per_s") or {}).items()):
+        out[f"{unit}_TFLOP_s"] = round(rate / 1e12, 1)
+    if ceilings.get("launch_floor_us"):
+        out["launch_floor_us"] = round(ceilings["launch_floor_us"], 2)
+    return out
+
+
 def _records(state: AgentState) -> list[CandidateRecord]:
     return [CandidateRecord.model_validate(r) for r in state.get("records", [])]
 
@@ -375,10 +388,11 @@ def node_evaluate(rt: AgentRuntime, state: AgentState) -> dict[str, Any]:
                 rt.problem, proposal.source, shape_ids=rt.tune_ids(), progress=rt.progress
             )
             spent = time.monotonic() - start
-            if not hardware.get("device") and result.manifest.device:
+            measured = (hardware.get("ceilings") or {}).get("source") == "measured"
+            if not measured and result.manifest.device and result.manifest.ceilings:
                 hardware = {
                     "device": result.manifest.device,
-                    "ceilings": result.manifest.ceilings,
+                    "ceilings": compact_ceilings(result.manifest.ceilings),
                     "mode": result.manifest.mode,
                 }
             record = summarize(result, cid=cid, round_=round_, proposal=proposal, source_path=rel)

@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aka.agent.graph import AgentRuntime, ScorerLike, build_graph, initial_state
+from aka.agent.graph import (
+    AgentRuntime,
+    ScorerLike,
+    build_graph,
+    compact_ceilings,
+    initial_state,
+)
 from aka.agent.records import (
     BudgetLimits,
     BudgetUsage,
@@ -155,7 +161,28 @@ def _default_setup(rt: AgentRuntime) -> dict[str, Any]:
         signature = rt.scorer.input_signature(rt.problem)  # type: ignore[attr-defined]
         update["signature"] = signature.model_dump(mode="json")
     update["kb"] = _kb_context(rt, family)
+    update["hardware"] = _hardware_facts(rt)
     return update
+
+
+def _hardware_facts(rt: AgentRuntime) -> dict[str, Any]:
+    """Datasheet facts for the first prompt; the first evaluation replaces them with measured ones.
+
+    The name comes from ``nvidia-smi``, so the agent process never opens a CUDA context.
+    """
+    if rt.scorer.cpu:
+        return {"mode": "cpu_interpreter", "note": "no CUDA device: nothing is timed"}
+    from aka.hardware import gpu_name
+    from aka.hardware.ceilings import datasheet_ceilings
+
+    name = gpu_name(rt.scorer.gpu_index if hasattr(rt.scorer, "gpu_index") else 0)
+    if name is None:
+        return {}
+    sheet = datasheet_ceilings(name)
+    facts: dict[str, Any] = {"device": name, "mode": "gpu"}
+    if sheet is not None:
+        facts["ceilings"] = compact_ceilings(sheet.model_dump(mode="json"))
+    return facts
 
 
 def _default_proposer(

@@ -11,7 +11,7 @@ from aka.hardware.ceilings import (
     measure_ceilings,
     save_ceilings,
 )
-from aka.hardware.device import DeviceInfo, detect_device, device_key, library_versions
+from aka.hardware.device import DeviceInfo, detect_device, device_key, gpu_name, library_versions
 from aka.hardware.profiles import PROFILES, DatasheetProfile, match_profile
 from aka.hardware.roofline import CostCounts, TSol, apply_overrides, count_costs, t_sol
 from aka.hardware.timer import WindowSamples, empty_kernel_fn, make_l2_flusher, sample_windows
@@ -28,6 +28,7 @@ __all__ = [
     "count_costs",
     "datasheet_ceilings",
     "detect_device",
+    "gpu_name",
     "device_key",
     "empty_kernel_fn",
     "library_versions",

@@ -9,6 +9,7 @@ must not measure anything: that is ``aka.hardware.ceilings``.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import re
 import shutil
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aka.spec.vocab import Vendor
 
-__all__ = ["DeviceInfo", "detect_device", "device_key", "library_versions"]
+__all__ = ["DeviceInfo", "detect_device", "device_key", "gpu_name", "library_versions"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,22 +133,42 @@ def _driver_version() -> str | None:
     return _nvidia_smi_driver_version()
 
 
-def _nvidia_smi_driver_version() -> str | None:
-    """Ask ``nvidia-smi`` for the driver version; None when it is missing, slow or unclear."""
+def _nvidia_smi(field: str) -> list[str]:
+    """Ask ``nvidia-smi`` for one field of every GPU; [] when it is missing, slow or unclear."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return None
-    # No --id: nvidia-smi numbers GPUs physically, torch within CUDA_VISIBLE_DEVICES, and one host
-    # has one driver anyway.
-    cmd = [exe, "--query-gpu=driver_version", "--format=csv,noheader"]
+        return []
+    cmd = [exe, f"--query-gpu={field}", "--format=csv,noheader"]
     try:
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.SubprocessError) as err:
         logger.debug("nvidia-smi failed: %s", err)
-        return None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not lines[0].strip():
-        return None
-    return lines[0].strip()
+        return []
+    if done.returncode != 0:
+        return []
+    return [line.strip() for line in done.stdout.strip().splitlines() if line.strip()]
+
+
+def _nvidia_smi_driver_version() -> str | None:
+    """Ask ``nvidia-smi`` for the driver version; None when it is missing, slow or unclear."""
+    # No --id: nvidia-smi numbers GPUs physically, torch within CUDA_VISIBLE_DEVICES, and one host
+    # has one driver anyway.
+    lines = _nvidia_smi("driver_version")
+    return lines[0] if lines else None
+
+
+def gpu_name(index: int = 0) -> str | None:
+    """Return a GPU's name without creating a CUDA context in this process (``nvidia-smi``).
+
+    ``index`` counts within ``CUDA_VISIBLE_DEVICES`` when it lists numeric ids, as torch does.
+    None when ``nvidia-smi`` is missing or the index does not exist.
+    """
+    names = _nvidia_smi("name")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible:
+        ids = [v.strip() for v in visible.split(",")]
+        if all(i.isdigit() for i in ids) and index < len(ids):
+            index = int(ids[index])
+    return names[index] if 0 <= index < len(names) else None

@@ -135,3 +135,19 @@ def test_parse_budget_forms_and_errors() -> None:
         parse_budget(["wall=soon"])
     with pytest.raises(SpecError, match="not a count"):
         parse_budget(["tokens=lots"])
+
+
+def test_compact_ceilings_keeps_prompt_sized_numbers() -> None:
+    from aka.agent.graph import compact_ceilings
+    from aka.hardware.ceilings import datasheet_ceilings
+
+    sheet = datasheet_ceilings("NVIDIA H200")
+    assert sheet is not None
+    dump = sheet.model_dump(mode="json")
+    dump["details"] = {"raw": list(range(1000))}
+    dump["launch_floor_us"] = 2.876
+    compact = compact_ceilings(dump)
+    assert compact["source"] == "datasheet"
+    assert compact["dram_bandwidth_TB_s"] == pytest.approx(sheet.bandwidth_bytes_per_s / 1e12, 0.01)
+    assert compact["launch_floor_us"] == 2.88
+    assert "tc_bf16_TFLOP_s" in compact and "details" not in compact
