@@ -1,0 +1,146 @@
+"""The run's heavy, non-serialisable parts and the small helpers every node shares.
+
+``AgentRuntime`` holds the scorer, the proposer factory, the retriever and the hooks a run was
+assembled with; the graph's state holds only JSON. ``ScorerLike`` is what the graph needs from
+``aka.bench.Scorer`` (tests pass a fake evaluator that implements it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from aka.agent.records import ProfileReport, Proposer
+from aka.agent.state import AgentState, RunOptions
+from aka.core import ProgressCallback, ProgressEvent, Settings, emit
+from aka.spec import ProblemSpec, Split
+
+__all__ = ["AgentRuntime", "ScorerLike", "compact_ceilings", "now", "sha256", "write_artifact"]
+
+
+class ScorerLike(Protocol):
+    """What the graph needs from ``aka.bench.Scorer`` (a fake evaluator implements it in tests)."""
+
+    mode: Any
+
+    @property
+    def cpu(self) -> bool:
+        """Whether performance cannot be measured."""
+        ...
+
+    def evaluate(
+        self,
+        problem: ProblemSpec,
+        candidate_source: str,
+        *,
+        shape_ids: list[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Score a candidate (an ``EvalResult``)."""
+        ...
+
+    def compare(
+        self,
+        problem: ProblemSpec,
+        a_source: str,
+        b_source: str,
+        *,
+        shape_ids: list[str] | None = None,
+        pairs: int = 3,
+        progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Paired ABAB re-measurement (a ``PairedComparison``)."""
+        ...
+
+
+@dataclass
+class AgentRuntime:
+    """The heavy, non-serialisable parts of a run, rebuilt on resume."""
+
+    settings: Settings
+    options: RunOptions
+    problem: ProblemSpec
+    scorer: ScorerLike
+    proposer_factory: Callable[[AgentState], Proposer]
+    retriever: Any = None
+    progress: ProgressCallback | None = None
+    profile_fn: Callable[[str, str, Any], ProfileReport] | None = None
+    setup_hook: Callable[[AgentRuntime], dict[str, Any]] | None = None
+    finalize_hook: Callable[[AgentRuntime, AgentState], None] | None = None
+    needs_signature: bool = False
+    _proposer: Proposer | None = field(default=None, repr=False)
+
+    def proposer(self, state: AgentState) -> Proposer:
+        """Return the proposer, built on first use from the state (resume-safe)."""
+        if self._proposer is None:
+            self._proposer = self.proposer_factory(state)
+        return self._proposer
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory."""
+        return self.options.run_dir
+
+    def tune_ids(self) -> list[str]:
+        """Shapes the agent optimizes on: tune on a GPU, smoke in the CPU interpreter."""
+        split = Split.SMOKE if self.scorer.cpu else Split.TUNE
+        return [s.id for s in self.problem.shapes_in({split})]
+
+    def holdout_ids(self) -> list[str]:
+        """Shapes only the final scoring sees (none in the CPU interpreter)."""
+        if self.scorer.cpu:
+            return []
+        return [s.id for s in self.problem.shapes_in({Split.HOLDOUT})]
+
+    def event(self, stage: str, message: str, state: AgentState, **data: Any) -> None:
+        """Emit one agent progress event."""
+        limits = state.get("limits") or {}
+        emit(
+            self.progress,
+            ProgressEvent(
+                "agent",
+                stage,
+                message,
+                done=state.get("round", 0),
+                total=limits.get("max_iters"),
+                data=data,
+            ),
+        )
+
+
+def now() -> str:
+    """Return the UTC time as an ISO string (seconds)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def sha256(text: str) -> str:
+    """Return the sha256 hex digest of ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_artifact(run_dir: Path, name: str, text: str) -> str:
+    """Write ``text`` to ``run_dir/artifacts/name`` atomically; return the relative path."""
+    rel = Path("artifacts") / name
+    path = run_dir / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return rel.as_posix()
+
+
+def compact_ceilings(ceilings: dict[str, Any]) -> dict[str, Any]:
+    """The prompt-sized view of a ``DeviceCeilings`` dump (no raw measurements)."""
+    out: dict[str, Any] = {"source": ceilings.get("source")}
+    bandwidth = ceilings.get("bandwidth_bytes_per_s")
+    if bandwidth:
+        out["dram_bandwidth_TB_s"] = round(bandwidth / 1e12, 2)
+    for unit, rate in sorted((ceilings.get("rates_flops_per_s") or {}).items()):
+        out[f"{unit}_TFLOP_s"] = round(rate / 1e12, 1)
+    if ceilings.get("launch_floor_us"):
+        out["launch_floor_us"] = round(ceilings["launch_floor_us"], 2)
+    return out
