@@ -7,7 +7,6 @@ place that decides whether the loop ends (the decide router and finalize both as
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from aka.agent.records import (
 )
 from aka.agent.runtime import AgentRuntime, compact_ceilings, now, sha256, write_artifact
 from aka.agent.state import AgentState
+from aka.bench.stats import geomean
 from aka.core import AgentError, LLMError
 
 __all__ = [
@@ -52,10 +52,9 @@ def _usage(state: AgentState) -> BudgetUsage:
 
 # ---------------------------------------------------------------- result summaries
 def _geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+    """Geometric mean of the positive values; None when there are none."""
+    positive = [v for v in values if v is not None and v > 0]
+    return geomean(positive) if positive else None
 
 
 def summarize(

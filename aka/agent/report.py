@@ -22,10 +22,7 @@ names); the documents are rendered by ``report_markdown``, ``report_html`` and `
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -34,6 +31,7 @@ from aka.agent.records import RunRecord
 from aka.agent.report_html import render_html
 from aka.agent.report_kernel import build_kernel_file, normalize_dtype, problem_dtypes
 from aka.agent.report_markdown import render_markdown
+from aka.agent.runtime import atomic_write
 from aka.core.errors import AgentError
 
 __all__ = [
@@ -117,11 +115,11 @@ def write_run_dir(
 
     root.mkdir(parents=True, exist_ok=True)
     for path, text in targets:
-        _atomic_write(path, text)
+        atomic_write(path, text)
     kernel_path: Path | None = None
     if kernel_text is not None:
         kernel_path = root / "kernel.py"
-        _atomic_write(kernel_path, kernel_text)
+        atomic_write(kernel_path, kernel_text)
     paths = RunPaths(
         root=root,
         run_json=root / "run.json",
@@ -130,9 +128,9 @@ def write_run_dir(
         kernel=kernel_path,
         artifacts=tuple(path for path, _ in targets),
     )
-    _atomic_write(paths.report_md, markdown)
-    _atomic_write(paths.report_html, page)
-    _atomic_write(paths.run_json, run_json)  # last: its presence means the directory is complete
+    atomic_write(paths.report_md, markdown)
+    atomic_write(paths.report_html, page)
+    atomic_write(paths.run_json, run_json)  # last: its presence means the directory is complete
     logger.info(
         "run %s written to %s (%d artifacts, kernel: %s)",
         record.run_id,
@@ -179,20 +177,3 @@ def _artifact_targets(root: Path, artifacts: Mapping[str, str]) -> list[tuple[Pa
                 code="agent.artifact_path",
             )
     return targets
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; reports are meant to be read
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -7,7 +7,10 @@ assembled with; the graph's state holds only JSON. ``ScorerLike`` is what the gr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,7 +22,15 @@ from aka.agent.state import AgentState, RunOptions
 from aka.core import ProgressCallback, ProgressEvent, Settings, emit
 from aka.spec import ProblemSpec, Split
 
-__all__ = ["AgentRuntime", "ScorerLike", "compact_ceilings", "now", "sha256", "write_artifact"]
+__all__ = [
+    "AgentRuntime",
+    "ScorerLike",
+    "atomic_write",
+    "compact_ceilings",
+    "now",
+    "sha256",
+    "write_artifact",
+]
 
 
 class ScorerLike(Protocol):
@@ -122,14 +133,30 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    A killed process leaves either the old file or the new one, never half of one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run files are meant to be read
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_artifact(run_dir: Path, name: str, text: str) -> str:
     """Write ``text`` to ``run_dir/artifacts/name`` atomically; return the relative path."""
     rel = Path("artifacts") / name
-    path = run_dir / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write(run_dir / rel, text)
     return rel.as_posix()
 
 

@@ -13,7 +13,6 @@ the graph does.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -27,6 +26,7 @@ from typing import Any
 
 from aka.agent.adapt import AdaptError, adapt_kernel
 from aka.agent.records import CandidateRecord, Proposal, ProposalBatch, ProposalContext
+from aka.agent.runtime import sha256
 from aka.bench import InputSignature, screen_source
 from aka.kb import KBFilter, LoadedKernel, Retriever, load_kernels
 from aka.spec import OpFamily
@@ -125,10 +125,6 @@ def _hit_family(text: str, source: str) -> str | None:
 
 def _config_key(params: Mapping[str, Any]) -> str:
     return json.dumps(dict(params), sort_keys=True)
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -275,7 +271,7 @@ class SearchProposer:
         if not ctx.performance_measured:
             notes.append("performance is not measured: designs rank by correctness and retrieval")
         stats = self._stats(ctx, designs)
-        rng = random.Random(int(_sha256(f"{self.seed}|{ctx.seed}|{ctx.round}")[:16], 16))
+        rng = random.Random(int(sha256(f"{self.seed}|{ctx.seed}|{ctx.round}")[:16], 16))
         forbidden, seen = set(ctx.forbidden_families), set(ctx.tried_sources)
         proposals: list[Proposal] = []
         for choice in self._choices(designs, stats, ctx.performance_measured, rng):
@@ -289,7 +285,7 @@ class SearchProposer:
             except AdaptError as err:  # a config the adapter refuses: skip it, keep searching
                 logger.debug("skipping %s %s: %s", kid, choice.params, err)
                 continue
-            sha = _sha256(source)
+            sha = sha256(source)
             if sha in seen:
                 continue
             seen.add(sha)
