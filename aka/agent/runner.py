@@ -36,6 +36,7 @@ from aka.agent.records import (
     RoundPoint,
     RunRecord,
 )
+from aka.agent.runtime import atomic_write
 from aka.agent.state import AgentState, RunOptions
 from aka.core import AgentError, NotFoundError, ProgressCallback, Settings, SpecError
 
@@ -376,11 +377,8 @@ def run_optimize(
         BenchError: The scorer's harness failed.
     """
     run_dir = options.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / _OPTIONS).write_text(options.model_dump_json(indent=2))
-    registry = _registry(settings)
-    registry.mkdir(parents=True, exist_ok=True)
-    (registry / options.run_id).write_text(str(run_dir))
+    atomic_write(run_dir / _OPTIONS, options.model_dump_json(indent=2))
+    atomic_write(_registry(settings) / options.run_id, str(run_dir))
     rt = build_runtime(
         settings,
         options,
