@@ -305,19 +305,21 @@ def compare_paired(
             handles[label] = _start_pair_worker(scorer, problem, shapes, source, entries[label], k)
         for label, handle in handles.items():
             if not handle.wait_for_stage("pair_ready"):
-                return unmeasured(f"worker {label} never got ready: {_why_ended(handle)}")
+                return unmeasured(f"worker {label} never got ready: {handle.finish().describe()}")
         clients = {label: PairClient(h) for label, h in handles.items()}
         rows, failed = run_pairs(lambda lb, sid: clients[lb].batch(sid), shapes, pairs, progress)
         result.shapes = rows
         if failed is not None:
             label, what = failed
-            return unmeasured(f"{what}: {_why_ended(handles[label])}")
+            return unmeasured(f"{what}: {handles[label].finish().describe()}")
         for client in clients.values():
             client.stop()
         for label, handle in handles.items():
             outcome = handle.finish()
             if not (outcome.result or {}).get("ok"):
-                return unmeasured(f"worker {label} failed after its batches: {_why_ended(handle)}")
+                return unmeasured(
+                    f"worker {label} failed after its batches: {handle.finish().describe()}"
+                )
     finally:
         for handle in handles.values():
             handle.cleanup()
@@ -364,18 +366,6 @@ def _start_pair_worker(
         gpu_index=scorer.gpu_index,
         timeout_s=c.worker_timeout_s,
     )
-
-
-def _why_ended(handle: WorkerHandle) -> str:
-    """One line on why a worker stopped answering (its error, its exit, or its timeout)."""
-    outcome = handle.finish()
-    err = (outcome.result or {}).get("error") or {}
-    if err:
-        return f"{err.get('kind', '?')} in stage {err.get('stage', '?')}: {err.get('message', '')}"
-    if outcome.timed_out:
-        return f"timed out after {outcome.wall_s:.0f} s (stage {outcome.last_stage})"
-    tail = outcome.log_tail.strip().splitlines()[-1:] or [""]
-    return f"exit code {outcome.returncode} in stage {outcome.last_stage} {tail[0][:200]}".strip()
 
 
 # ------------------------------------------------------------------------------------ worker side

@@ -172,7 +172,7 @@ def profile_candidate(
     outcome = _run(scorer, task, source, ())
     result = outcome.result or {}
     if not result.get("ok"):
-        return done(f"the profile worker failed: {_failure_text(outcome)}")
+        return done(f"the profile worker failed: {outcome.describe()}")
     data.kernels = [KernelFacts.model_validate(k) for k in result.get("kernels", [])]
     data.device_limits = {k: int(v) for k, v in (result.get("device_limits") or {}).items()}
     if not data.kernels:
@@ -230,7 +230,7 @@ def _run_ncu(
     if metrics:
         return metrics, note
     errors = [ln for ln in text.splitlines() if "==ERROR==" in ln or "==WARNING==" in ln]
-    detail = "; ".join(errors[-3:]) or _failure_text(outcome)
+    detail = "; ".join(errors[-3:]) or outcome.describe()
     return [], f"ncu produced no metrics for {names}: {detail[:400]}"
 
 
@@ -257,15 +257,6 @@ def ncu_command(exe: str, kernel_names: list[str]) -> list[str]:
         "--log-file",
         _NCU_LOG,
     ]
-
-
-def _failure_text(outcome: WorkerOutcome) -> str:
-    err = (outcome.result or {}).get("error") or {}
-    if err:
-        return f"{err.get('kind', '?')} in stage {err.get('stage', '?')}: {err.get('message', '')}"
-    if outcome.timed_out:
-        return f"timed out after {outcome.wall_s:.0f} s"
-    return f"exit code {outcome.returncode} in stage {outcome.last_stage}"
 
 
 def _read_text(path: Path, max_chars: int = 2_000_000) -> str:

@@ -133,6 +133,17 @@ class WorkerOutcome:
         stages = [e["stage"] for e in self.events if "stage" in e]
         return stages[-1] if stages else None
 
+    def describe(self) -> str:
+        """One line on why the worker ended: its reported error, its timeout, or its exit."""
+        err = (self.result or {}).get("error") or {}
+        if err:
+            kind, stage = err.get("kind", "?"), err.get("stage", "?")
+            return f"{kind} in stage {stage}: {err.get('message', '')}"
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.0f} s (stage {self.last_stage})"
+        tail = self.log_tail.strip().splitlines()[-1:] or [""]
+        return f"exit code {self.returncode} in stage {self.last_stage} {tail[0][:200]}".strip()
+
 
 @dataclass
 class WorkerHandle:
