@@ -429,7 +429,13 @@ def node_finalize(rt: AgentRuntime, state: AgentState) -> dict[str, Any]:
     if source and holdout:
         rt.event("finalize", f"scoring the incumbent on {len(holdout)} holdout shapes", state)
         start = time.monotonic()
-        result = rt.scorer.evaluate(rt.problem, source, shape_ids=holdout, progress=rt.progress)
+        result = rt.scorer.evaluate(
+            rt.problem,
+            source,
+            shape_ids=holdout,
+            progress=rt.progress,
+            cold_recheck=rt.scorer.wants_cold_recheck,
+        )
         usage = _usage(state)
         usage.gpu_s += time.monotonic() - start
         update["usage"] = usage.model_dump(mode="json")

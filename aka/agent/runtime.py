@@ -50,8 +50,14 @@ class ScorerLike(Protocol):
         *,
         shape_ids: list[str] | None = None,
         progress: ProgressCallback | None = None,
+        cold_recheck: bool = False,
     ) -> Any:
-        """Score a candidate (an ``EvalResult``)."""
+        """Score a candidate (an ``EvalResult``); ``cold_recheck`` for the final result."""
+        ...
+
+    @property
+    def wants_cold_recheck(self) -> bool:
+        """Whether final results are re-checked in cold workers."""
         ...
 
     def compare(

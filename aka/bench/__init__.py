@@ -15,6 +15,7 @@ from aka.bench.pipeline import Scorer
 from aka.bench.profile import KernelFacts, NcuKernelMetrics, ProfileData
 from aka.bench.result import (
     Bound,
+    Engagement,
     EvalResult,
     Failure,
     LatencyStats,
@@ -32,6 +33,7 @@ __all__ = [
     "ArgInfo",
     "Bound",
     "CheckOutcome",
+    "Engagement",
     "EvalResult",
     "Failure",
     "InputSignature",

@@ -195,6 +195,7 @@ def judge_performance(
         sol = t_sol(costs, ceilings)
         t_sol_us = sol.t_sol_s * 1e6
         s_frac, flags = sol_fraction(t_sol_us, windows.stream.median, margin)
+        flags += host_flags(item["candidate"], timing["launch_floor"], windows.device.median)
         update: dict[str, Any] = {
             "latency_us": windows.stream,
             "device_window_us": windows.device,
@@ -232,6 +233,7 @@ def judge_performance(
         "device_key": device_key(info),
         "clocks": {"before": timing.get("clocks_before"), "after": timing.get("clocks_after")},
     }
+    run.sandbox["persisting_l2_reset"] = timing.get("persisting_l2_reset")
     if timing.get("baseline_errors"):
         run.notes.append(f"baselines that failed to build: {timing['baseline_errors']}")
     if bad is not None:
@@ -239,6 +241,42 @@ def judge_performance(
     return scorer._finish(
         run, Verdict.ACCEPTED, None, measured=True, score=problem_score(rows), extra=extra
     )
+
+
+#: A host wall-clock longer than the device-wide window by more than the empty call's gap plus
+#: max(HOST_GAP_ABS_US, HOST_GAP_REL x the window) is flagged ``host_gap``.
+HOST_GAP_ABS_US = 50.0
+HOST_GAP_REL = 0.5
+
+
+def host_flags(
+    samples: dict[str, list[float]], floor: dict[str, list[float]], device_median_us: float
+) -> list[str]:
+    """Cross-check the host's wall-clock against the device's windows of the same calls.
+
+    ``host_clock_below_device``: the host measured less time than the device says passed (the
+    clocks disagree: a patched timer or a broken event). ``host_gap``: the host waited much
+    longer than the device worked (CPU work hidden from the device's windows, or a stalled host).
+    Flags only: the device's window stays the time that is scored.
+
+    Args:
+        samples: The candidate's raw samples (``host_us``, ``device_us``).
+        floor: The empty kernel's raw samples, measured the same way.
+        device_median_us: Median device-wide window of the candidate.
+    """
+    host = samples.get("host_us") or []
+    if not host:
+        return []
+    host_median = median(host)
+    pairs = zip(floor.get("host_us") or [], floor.get("device_us") or [], strict=False)
+    floor_gap = median([h - d for h, d in pairs] or [0.0])
+    if host_median < 0.9 * device_median_us:
+        return ["host_clock_below_device"]
+    if host_median - device_median_us > floor_gap + max(
+        HOST_GAP_ABS_US, HOST_GAP_REL * device_median_us
+    ):
+        return ["host_gap"]
+    return []
 
 
 def _dominant_unit(costs: CostCounts, ceilings: DeviceCeilings) -> ComputeUnit | None:

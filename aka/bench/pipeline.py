@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from aka.bench.correctness import CheckOutcome, Tolerance, compare_outputs, tolerance_for
-from aka.bench.result import EvalResult, Failure, Manifest, ShapeResult, Verdict
+from aka.bench.engagement import EngagementOutcome
+from aka.bench.guard_judge import judge_guards
+from aka.bench.result import Engagement, EvalResult, Failure, Manifest, ShapeResult, Verdict
 from aka.bench.sandbox import WorkerOutcome, start_worker
 from aka.bench.score import confirm_suspicious
 from aka.bench.screen import screen_source
@@ -81,6 +83,7 @@ class _Run:
     weights_mode: Any = None
     device: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    engagement: dict[str, EngagementOutcome] = field(default_factory=dict)
 
 
 class Scorer:
@@ -91,6 +94,10 @@ class Scorer:
         cache_dir: Where measured ceilings and torch.compile baseline times are cached.
         device: ``auto`` (GPU when CUDA is available), ``cpu`` (interpreter) or ``cuda``.
         gpu_index: The GPU the workers see.
+        static_screen: False skips stage 1's findings (the entry-class and kernel-kind facts are
+            still read), so that the runtime guards alone can be tested against the exploit
+            corpus. Never turn it off to score real candidates.
+        extra_env: Variables added to every worker's environment (the cold re-check's).
     """
 
     def __init__(
@@ -100,10 +107,14 @@ class Scorer:
         *,
         device: Literal["auto", "cpu", "cuda"] = "auto",
         gpu_index: int = 0,
+        static_screen: bool = True,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.gpu_index = gpu_index
+        self.static_screen = static_screen
+        self.extra_env = dict(extra_env or {})
         self.mode: Literal["gpu", "cpu_interpreter"] = self._pick_mode(device)
         self._references: dict[str, _Reference] = {}
 
@@ -123,6 +134,12 @@ class Scorer:
                 "drop --device to run the CPU interpreter"
             )
         return "cpu_interpreter"
+
+    @property
+    def wants_cold_recheck(self) -> bool:
+        """Whether final results should be re-checked cold (``bench.cold_recheck``)."""
+        mode = self.config.cold_recheck
+        return mode == "always" or (mode == "gpu" and not self.cpu)
 
     @property
     def cpu(self) -> bool:
@@ -192,6 +209,7 @@ class Scorer:
         *,
         shape_ids: list[str] | None = None,
         progress: ProgressCallback | None = None,
+        cold_recheck: bool = False,
     ) -> EvalResult:
         """Score one candidate on one problem.
 
@@ -200,6 +218,8 @@ class Scorer:
             candidate_source: The candidate file's text.
             shape_ids: Shapes to run (default: smoke on the CPU, tune + holdout on a GPU).
             progress: Receives ``ProgressEvent``s.
+            cold_recheck: Re-check an accepted result in cold workers (fresh random seeds, empty
+                compiler caches) before returning it (``aka.bench.cold``): for final results.
 
         Returns:
             The result; a rejected candidate is a verdict, not an exception.
@@ -211,11 +231,15 @@ class Scorer:
         """
         result = self._evaluate_once(problem, candidate_source, shape_ids, progress)
         suspicious = [r.shape_id for r in result.shapes if "suspicious" in r.flags]
-        if not suspicious:
-            return result
-        # Faster than the roofline allows: time those shapes again in a second fresh worker.
-        second = self._evaluate_once(problem, candidate_source, suspicious, progress)
-        return confirm_suspicious(result, second)
+        if suspicious:
+            # Faster than the roofline allows: time those shapes again in a second fresh worker.
+            second = self._evaluate_once(problem, candidate_source, suspicious, progress)
+            result = confirm_suspicious(result, second)
+        if cold_recheck and result.accepted:
+            from aka.bench.cold import recheck_cold
+
+            result = recheck_cold(self, problem, candidate_source, result, progress)
+        return result
 
     def _evaluate_once(
         self,
@@ -274,6 +298,7 @@ class Scorer:
         rows = [run.rows[s.id] for s in run.shapes if s.id in run.rows]
         if verdict is not Verdict.ACCEPTED:
             score = 0.0
+        engagement = _engagement_summary(run)
         return EvalResult(
             verdict=verdict,
             failure=failure,
@@ -282,6 +307,8 @@ class Scorer:
             shapes=rows,
             skipped_shapes=run.skipped,
             score=score,
+            fallback_ratio=engagement.fallback_ratio if engagement else None,
+            engagement=engagement,
             manifest=manifest,
         )
 
@@ -297,7 +324,7 @@ class Scorer:
                     message=f"syntax error at line {err.lineno}: {err.msg}",
                 ),
             )
-        if not report.passed:
+        if not report.passed and self.static_screen:
             lines = "; ".join(f"[{f.rule}] line {f.line}: {f.message}" for f in report.findings[:5])
             return self._finish(
                 run,
@@ -314,7 +341,7 @@ class Scorer:
                 ),
             )
         allowed = {d.value for d in run.problem.dsl}
-        if "any" not in allowed and not ({*report.kernel_kinds} & allowed):
+        if self.static_screen and "any" not in allowed and not ({*report.kernel_kinds} & allowed):
             return self._finish(
                 run,
                 Verdict.SCREEN_REJECTED,
@@ -458,6 +485,7 @@ class Scorer:
             gpu_index=None if self.cpu else self.gpu_index,
             timeout_s=timeout_s,
             on_event=relay,
+            extra_env=self.extra_env,
         )
 
     def _reference(
@@ -589,6 +617,7 @@ class Scorer:
                 flags=outcome.flags,
                 max_abs_err=outcome.max_abs_err,
                 rel_l2_err=outcome.rel_l2_err,
+                fallback_ratio=_ratio(run.engagement.get(shape.id)),
                 failure=None
                 if outcome.ok
                 else Failure(kind=outcome.verdict, message=f"shape {shape.id}: {outcome.message}"),
@@ -623,6 +652,12 @@ class Scorer:
                 f"inputs {row['mutated']} changed; only "
                 f"{run.problem.in_place or 'none'} may (in_place)",
             )
+        if row.get("aliased"):
+            return CheckOutcome(
+                Verdict.ALIASED_OUTPUT,
+                f"outputs {row['aliased']} share memory with an input or a weight; "
+                "return freshly allocated tensors",
+            )
         worst = CheckOutcome(Verdict.ACCEPTED)
         for seed, name in row["files"].items():
             try:
@@ -634,7 +669,10 @@ class Scorer:
                 outcome.message = f"seed {seed}: {outcome.message}"
                 return outcome
             worst = worst.combined(outcome)
-        return worst
+        failed, engagement = judge_guards(self, run, ref, workdir, row, override)
+        if engagement is not None:
+            run.engagement[row["shape_id"]] = engagement
+        return failed if failed is not None else worst
 
     def _compare(
         self,
@@ -650,12 +688,25 @@ class Scorer:
         reference = ref.outputs[(shape_id, seed)]
         if not with_extra:
             reference, cand = reference | {"extra": {}}, cand | {"extra": {}}
+        return self.compare_with(
+            run, cand, reference, override, int(ref.rows[shape_id].get("reduction_len", 0))
+        )
+
+    def compare_with(
+        self,
+        run: _Run,
+        cand: dict[str, Any],
+        reference: dict[str, Any],
+        override: Tolerance | None,
+        reduction_len: int,
+    ) -> CheckOutcome:
+        """Compare ``cand`` with ``reference`` (saved outputs) under the problem's policy."""
         return compare_outputs(
             cand,
             reference,
             fp8_scales=run.problem.fp8_scales or _default_fp8_scales(reference),
             allow_tf32=run.problem.dtype_policy.allow_tf32,
-            reduction_len=int(ref.rows[shape_id].get("reduction_len", 0)),
+            reduction_len=reduction_len,
             override=override,
             match_dtype=run.problem.dtype_policy.match_output_dtype,
             cpu=self.cpu,
@@ -694,6 +745,27 @@ class Scorer:
             message=f"{err.get('stage', '?')}{where}: {err.get('message', '')}",
             log_tail=(err.get("traceback") or "") + tail,
         )
+
+
+def _ratio(outcome: EngagementOutcome | None) -> float | None:
+    return None if outcome is None or outcome.fallback_ratio is None else outcome.fallback_ratio
+
+
+def _engagement_summary(run: _Run) -> Engagement | None:
+    """Stage 4's evidence over the shapes judged so far (None when no shape got that far)."""
+    judged = [e for e in run.engagement.values() if e.fallback_ratio is not None]
+    if not judged:
+        return None
+    worst = max(judged, key=lambda e: e.fallback_ratio or 0.0)
+    kernels = sorted({k for e in judged for k in e.kernels})
+    method = "profiler" if any(e.method == "profiler" for e in judged) else "interpreter-bytes"
+    return Engagement(
+        method=method,
+        engagement_min=run.problem.engagement_min,
+        fallback_ratio=round(worst.fallback_ratio or 0.0, 6),
+        own_kernels=kernels,
+        library={k: round(v, 3) for k, v in worst.library.items()},
+    )
 
 
 def _load_tensors(path: Path) -> dict[str, Any]:

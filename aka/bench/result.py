@@ -16,6 +16,7 @@ from aka.spec import ComputeUnit, Phase, Split
 
 __all__ = [
     "Bound",
+    "Engagement",
     "EvalResult",
     "Failure",
     "LatencyStats",
@@ -45,6 +46,21 @@ class Verdict(StrEnum):
     TIMING_MISMATCH = "timing_mismatch"
     TAMPERED = "tampered"
     NOT_RUN = "not_run"
+    #: The candidate's own kernels did not do the work: none ran on the forward path over the real
+    #: inputs and outputs, or a "ghost" run with them replaced by no-ops gave the same output.
+    NOT_ENGAGED = "not_engaged"
+    #: Library kernels (aten, cuBLAS, Inductor...) took more than the problem allows of the work.
+    FALLBACK = "fallback"
+    #: An output shares memory with an input, a weight or a buffer the harness owns.
+    ALIASED_OUTPUT = "aliased_output"
+    #: The same inputs twice gave outputs that differ beyond the tolerance.
+    NONDETERMINISTIC = "nondeterministic"
+    #: New input values at the addresses of earlier ones gave the earlier output (a cache).
+    STALE_OUTPUT = "stale_output"
+    #: Faster than the roofline allows, in two independent workers.
+    IMPLAUSIBLE = "implausible"
+    #: A cold process (fresh seeds, empty compiler caches) did not reproduce the result.
+    NOT_REPRODUCED = "not_reproduced"
 
 
 class _Model(BaseModel):
@@ -102,6 +118,24 @@ class ShapeResult(_Model):
     flags: list[str] = Field(default_factory=list)
     max_abs_err: float | None = None
     rel_l2_err: float | None = None
+    fallback_ratio: float | None = Field(
+        default=None,
+        description="Share of the work outside the candidate's own kernels (stage 4): device time "
+        "on a GPU, bytes touched by aten compute ops in the CPU interpreter.",
+    )
+
+
+class Engagement(_Model):
+    """Stage 4's evidence over all shapes: whose code did the work."""
+
+    method: Literal["profiler", "interpreter-bytes"]
+    engagement_min: float = Field(description="The problem's minimum own share of the work.")
+    fallback_ratio: float = Field(description="The worst shape's share of library work.")
+    own_kernels: list[str] = Field(default_factory=list, description="Candidate kernels seen.")
+    library: dict[str, float] = Field(
+        default_factory=dict,
+        description="Top library kernels (us, profiler) or aten ops (bytes, interpreter).",
+    )
 
 
 class Manifest(_Model):
@@ -134,6 +168,10 @@ class EvalResult(_Model):
     shapes: list[ShapeResult] = Field(default_factory=list)
     skipped_shapes: list[str] = Field(default_factory=list)
     score: float | None = Field(default=None, description="Geometric mean of S; 0 if rejected.")
+    fallback_ratio: float | None = Field(
+        default=None, description="Worst shape's share of work outside the candidate's kernels."
+    )
+    engagement: Engagement | None = None
     manifest: Manifest
 
     @property

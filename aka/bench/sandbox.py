@@ -53,13 +53,20 @@ _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _POLL_S = 0.02
 
 
-def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -> dict[str, str]:
+def build_worker_env(
+    workdir: Path,
+    *,
+    interpret: bool,
+    gpu_index: int | None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     """Build a worker's environment from the allow-list.
 
     Args:
-        workdir: The worker's fresh directory (becomes HOME and TMPDIR).
+        workdir: The worker's fresh directory (becomes HOME and TMPDIR; compiler caches live there).
         interpret: Set ``TRITON_INTERPRET=1`` (CPU workers only).
         gpu_index: The one GPU the worker may see, or None to keep the parent's view.
+        extra: Variables set last (e.g. the cold re-check's).
     """
     env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
     env = {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
@@ -79,6 +86,8 @@ def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
             "TRITON_CACHE_DIR": str(workdir / ".triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(workdir / ".inductor"),
+            "XDG_CACHE_HOME": str(workdir / ".cache"),
         }
     )
     if interpret:
@@ -86,6 +95,7 @@ def build_worker_env(workdir: Path, *, interpret: bool, gpu_index: int | None) -
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu_index is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    env.update(extra or {})
     return env
 
 
@@ -264,6 +274,7 @@ def start_worker(
     timeout_s: float,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     launcher: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> WorkerHandle:
     """Start a worker on ``task`` in a fresh sandbox directory.
 
@@ -277,6 +288,7 @@ def start_worker(
         on_event: Called with each event the worker writes.
         launcher: A command the worker runs under (e.g. an ``ncu ...`` prefix); it gets the same
             environment, rlimits, directory and process group.
+        extra_env: Variables added to the worker's environment after the allow-list.
 
     Raises:
         SandboxError: The process could not be started.
@@ -290,7 +302,9 @@ def start_worker(
         proc = subprocess.Popen(
             [*launcher, sys.executable, "-m", "aka.bench._worker_main", str(workdir)],
             cwd=workdir,
-            env=build_worker_env(workdir, interpret=interpret, gpu_index=gpu_index),
+            env=build_worker_env(
+                workdir, interpret=interpret, gpu_index=gpu_index, extra=extra_env
+            ),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,15 +1,16 @@
 """Stage 6: the score (ARCHITECTURE.md §4): S = T_sol / T per shape, capped at 1, and its flags.
 
 A median below T_sol * (1 - m), with m = max(0.10, 3x the launch floor's relative IQR), is flagged
-``suspicious`` (faster than the hardware allows: a measurement or a trick); the problem's score is
-the weighted geometric mean of S over its shapes.
+``suspicious`` (faster than the hardware allows: a measurement or a trick); when a second fresh
+worker agrees, the verdict is ``implausible`` and the score 0. The problem's score is the weighted
+geometric mean of S over its shapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aka.bench.result import EvalResult, ShapeResult, Verdict
+from aka.bench.result import EvalResult, Failure, ShapeResult, Verdict
 from aka.bench.stats import geomean
 
 __all__ = ["confirm_suspicious", "problem_score", "sol_fraction", "suspicious_margin"]
@@ -41,25 +42,48 @@ def problem_score(rows: Sequence[ShapeResult]) -> float | None:
 
 
 def confirm_suspicious(first: EvalResult, second: EvalResult) -> EvalResult:
-    """Flag ``implausible`` the shapes a second fresh worker also found ``suspicious``.
+    """Give the verdict ``implausible`` to shapes a second fresh worker also found ``suspicious``.
 
     Args:
         first: The evaluation with suspicious shapes.
         second: The same candidate re-timed on those shapes in another worker.
 
     Returns:
-        ``first`` with ``implausible`` added where both workers agree, and a note either way.
+        ``first`` with those shapes (and the result) ``implausible`` and scored 0 when both
+        workers agree; otherwise ``first`` with a note that the second worker did not reproduce it.
     """
     again = {r.shape_id for r in second.shapes if "suspicious" in r.flags}
+    checked = sorted(r.shape_id for r in first.shapes if "suspicious" in r.flags)
+    if not again:
+        note = (
+            f"shapes {checked} ran faster than T_sol allows; re-timed in a second worker: "
+            "not reproduced"
+        )
+        return first.model_copy(update={"notes": [*first.notes, note]})
+    message = (
+        f"shapes {sorted(again)} ran faster than the roofline allows (T < T_sol x (1 - m)) in "
+        "two independent workers: a measurement the hardware cannot produce"
+    )
+    failure = Failure(kind=Verdict.IMPLAUSIBLE, message=message)
     rows = [
-        r.model_copy(update={"flags": [*r.flags, "implausible"]})
-        if "suspicious" in r.flags and r.shape_id in again
+        r.model_copy(
+            update={
+                "flags": [*r.flags, "implausible"],
+                "verdict": Verdict.IMPLAUSIBLE,
+                "failure": failure,
+                "sol_fraction": None,
+            }
+        )
+        if r.shape_id in again and "suspicious" in r.flags
         else r
         for r in first.shapes
     ]
-    checked = sorted(r.shape_id for r in first.shapes if "suspicious" in r.flags)
-    note = (
-        f"shapes {checked} ran faster than T_sol allows; re-timed in a second worker: "
-        f"{'implausible in ' + str(sorted(again)) if again else 'not reproduced'}"
+    return first.model_copy(
+        update={
+            "shapes": rows,
+            "verdict": Verdict.IMPLAUSIBLE,
+            "failure": failure,
+            "score": 0.0,
+            "notes": [*first.notes, f"re-timed in a second worker: {message}"],
+        }
     )
-    return first.model_copy(update={"shapes": rows, "notes": [*first.notes, note]})

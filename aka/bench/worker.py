@@ -1,12 +1,12 @@
 """The scorer's worker process (started as ``python -m aka.bench._worker_main WORKDIR``).
 
 Runs untrusted code, so it only produces raw facts (output tensors, samples, stage markers) into
-its directory; the parent decides every verdict. Two roles: ``reference`` (reference outputs and
-roofline costs) and ``candidate`` (baselines built and fingerprinted first, then the candidate
-imported, run for correctness, and, once the parent says so, timed). The roles ``pair`` (the
-paired re-measurement) and ``profile`` (compiler facts) live in ``aka.bench.paired`` and
-``aka.bench.profile``. Must not import anything the parent would need to trust afterwards; it
-never sees reference outputs.
+its directory; the parent decides every verdict. This module holds the ``reference`` role
+(reference outputs and roofline costs) and what every role shares; ``candidate`` (baselines
+first, then the guarded import, correctness, the guard probes and, once the parent says so, timing)
+lives in ``aka.bench.worker_candidate``, ``pair`` in ``aka.bench.paired``, ``profile`` in
+``aka.bench.profile`` and ``signature`` in ``aka.bench.signature``. Must not import anything the
+parent would need to trust afterwards; it never sees reference outputs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +28,12 @@ from aka.bench.problem_runtime import (
     ProblemRuntime,
     clone_inputs,
     flatten_outputs,
-    load_module,
     named_inputs,
 )
 
 __all__ = ["main"]
 
 _CLONE_NEWNET = 0x40000000
-_GO_FILE = "go.json"
 #: How allocators word running out of memory when they raise RuntimeError instead of MemoryError.
 _OOM_MARKERS = (
     "out of memory",
@@ -143,6 +144,29 @@ def _same_tensor(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
+@dataclass
+class CallFacts:
+    """One forward call: its outputs, the in-place inputs, mutated inputs and the live inputs."""
+
+    structure: dict[str, Any]
+    tensors: dict[str, Any]
+    inplace: dict[str, Any]
+    mutated: list[str]
+    inputs: dict[str, Any]
+
+
+def _poison(rt: ProblemRuntime, poison_bytes: int) -> None:
+    """Fill freed allocator memory with 0xFF (NaN in every float format).
+
+    An output that is never written then shows up as NaN instead of whatever an earlier call left.
+    """
+    import torch
+
+    if poison_bytes:
+        poison = torch.full((poison_bytes,), 255, dtype=torch.uint8, device=rt.device)
+        del poison
+
+
 def _run_one(
     model: Any,
     rt: ProblemRuntime,
@@ -150,22 +174,17 @@ def _run_one(
     seed: int,
     in_place: list[str],
     poison_bytes: int,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
-    """Call ``model`` once on fresh inputs.
-
-    Returns:
-        The output structure, the output tensors, the in-place inputs and the mutated input names.
-    """
+    *,
+    inputs: tuple[list[Any], dict[str, Any]] | None = None,
+    around: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> CallFacts:
+    """Call ``model`` once on fresh inputs (or on ``inputs``), inside ``around()``."""
     import torch
 
-    args, kwargs = rt.make_inputs(shape, seed)
+    args, kwargs = inputs if inputs is not None else rt.make_inputs(shape, seed)
     pristine = named_inputs(*clone_inputs(args, kwargs), rt.problem["forward_params"])
-    if poison_bytes:
-        # Fill freed allocator memory with 0xFF (NaN in every float format), so an output that is
-        # never written shows up as NaN instead of whatever an earlier call left there.
-        poison = torch.full((poison_bytes,), 255, dtype=torch.uint8, device=rt.device)
-        del poison
-    with torch.no_grad():
+    _poison(rt, poison_bytes)
+    with torch.no_grad(), around():
         out = model(*args, **kwargs)
     if rt.device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -179,7 +198,7 @@ def _run_one(
             inplace[name] = live[name]
         elif not _same_tensor(before, live[name]):
             mutated.append(name)
-    return structure, tensors, inplace, mutated
+    return CallFacts(structure, tensors, inplace, mutated, live)
 
 
 def run_reference(
@@ -192,11 +211,9 @@ def run_reference(
         files, costs = {}, None
         for seed in task["seeds"]:
             model = rt.build_model(rt.reference.Model, shape, seed)
-            structure, tensors, inplace, _ = _run_one(
-                model, rt, shape, seed, task["problem"]["in_place"], 0
-            )
+            call = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
             path = workdir / f"ref_{i}_{seed}.pt"
-            _save(path, structure, tensors, inplace)
+            _save(path, call.structure, call.tensors, call.inplace)
             files[str(seed)] = path.name
         if task.get("count_costs"):
             costs = _count_costs(rt, shape, task)
@@ -258,75 +275,6 @@ def _load_weights(candidate: Any, reference: Any) -> str:
     return "seeded"
 
 
-def run_candidate(
-    task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path
-) -> dict[str, Any]:
-    """Build baselines, import the candidate, check it on every shape and seed, then time it."""
-    timing = task.get("timing") or {}
-    from aka.bench.worker_timing import TimingSession  # CUDA-only helpers, imported lazily
-
-    session = TimingSession(rt, task, ev) if timing.get("enabled") else None
-    if session is not None:
-        session.build_baselines()
-    ev.emit("compile")
-    try:
-        module = load_module("candidate", workdir / task["candidate_file"])
-        cls = getattr(module, task["entry_class"])
-    except BaseException as err:  # a candidate's import failing is its verdict, not ours
-        raise WorkerFailure(
-            _classify(err, "compile"), f"{type(err).__name__}: {err}", "compile"
-        ) from err
-    if session is not None:
-        session.check_fingerprints("after import")
-    rows, weights_mode = [], None
-    for i, shape in enumerate(task["shapes"]):
-        ev.emit("correctness", shape_id=shape["id"], done=i, total=len(task["shapes"]))
-        files, mutated_all = {}, set()
-        for seed in task["seeds"]:
-            stage = "compile" if (i == 0 and seed == task["seeds"][0]) else "correctness"
-            try:
-                model = rt.build_model(cls, shape, seed)
-                weights_mode = _load_weights(model, rt.build_model(rt.reference.Model, shape, seed))
-                structure, tensors, inplace, mutated = _run_one(
-                    model,
-                    rt,
-                    shape,
-                    seed,
-                    task["problem"]["in_place"],
-                    task["poison_bytes"].get(shape["id"], 0),
-                )
-            except BaseException as err:
-                raise WorkerFailure(
-                    _classify(err, stage), f"{type(err).__name__}: {err}", stage, shape["id"]
-                ) from err
-            path = workdir / f"cand_{i}_{seed}.pt"
-            _save(path, structure, tensors, inplace)
-            files[str(seed)] = path.name
-            mutated_all.update(mutated)
-        rows.append({"shape_id": shape["id"], "files": files, "mutated": sorted(mutated_all)})
-    ev.emit("correctness_done", shapes=rows)
-    result: dict[str, Any] = {
-        "ok": True,
-        "shapes": rows,
-        "weights_mode": weights_mode,
-        "versions": _versions(),
-    }
-    if session is not None:
-        result["timing"] = session.time_if_asked(cls, workdir, _wait_for_go(workdir, ev))
-    return result
-
-
-def _wait_for_go(workdir: Path, ev: EventLog, timeout_s: float = 600.0) -> dict[str, Any]:
-    ev.emit("awaiting_go")
-    deadline = time.monotonic() + timeout_s
-    path = workdir / _GO_FILE
-    while time.monotonic() < deadline:
-        if path.exists():
-            return dict(json.loads(path.read_text()))
-        time.sleep(0.01)
-    return {"time": False, "reason": "parent never answered"}
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the task in ``argv[1]``'s directory and write ``result.json`` there."""
     argv = sys.argv if argv is None else argv
@@ -346,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         from aka.bench.paired import run_pair_worker
         from aka.bench.profile import run_profile_worker
         from aka.bench.signature import run_signature_worker
+        from aka.bench.worker_candidate import run_candidate
 
         roles = {
             "reference": run_reference,

@@ -10,6 +10,7 @@ only; statistics and verdicts are the parent's.
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import time
 from pathlib import Path
@@ -20,12 +21,29 @@ from aka.bench.problem_runtime import ProblemRuntime, flatten_outputs
 __all__ = ["TimingSession"]
 
 _BASELINE_SEED = 1_000_003
+#: CUlimit CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuda.h).
+_CU_LIMIT_PERSISTING_L2 = 0x06
 
 
 def _identity(obj: Any) -> str:
     obj = getattr(obj, "__func__", obj)  # a bound method is a new object on every attribute access
     code = getattr(obj, "__code__", None)
     return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
+
+
+def _reset_persisting_l2() -> bool:
+    """Return L2 lines marked persisting to normal and set the persisting carve-out to 0.
+
+    Through the driver API (``cuCtxResetPersistingL2Cache``, ``cuCtxSetLimit``) on the current
+    (primary) context, so no access-policy window set by earlier code keeps data resident in L2
+    across the flush. False when the driver call is unavailable or refused.
+    """
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        limit_ok = driver.cuCtxSetLimit(ctypes.c_int(_CU_LIMIT_PERSISTING_L2), ctypes.c_size_t(0))
+        return bool(driver.cuCtxResetPersistingL2Cache() == 0 and limit_ok == 0)
+    except (OSError, AttributeError):
+        return False
 
 
 def _read_clocks() -> dict[str, Any]:
@@ -83,6 +101,7 @@ class TimingSession:
         self.launch_floor: dict[str, list[float]] = {}
         self.empty_unflushed: dict[str, list[float]] = {}
         self.clocks_before: dict[str, Any] = _read_clocks()
+        self.l2_reset: list[bool] = []
 
     def _sample(self, fn: Any, *, flush: bool = True) -> dict[str, list[float]]:
         from aka.hardware import sample_windows
@@ -95,7 +114,11 @@ class TimingSession:
             budget_s=self.cfg["sample_budget_s"],
             min_samples=self.cfg["min_samples"],
         )
-        return {"stream_us": list(got.stream_us), "device_us": list(got.device_us)}
+        return {
+            "stream_us": list(got.stream_us),
+            "device_us": list(got.device_us),
+            "host_us": list(got.host_us),
+        }
 
     def _input_sets(
         self, shape: dict[str, Any], seeds: list[int]
@@ -191,6 +214,7 @@ class TimingSession:
                 keep[k] = m(*s[k][0], **s[k][1])
 
             with torch.no_grad():
+                self.l2_reset.append(_reset_persisting_l2())
                 cand = self._sample(call)
                 base = {
                     name: self._sample(self._baseline_call(shape["id"], name))
@@ -219,6 +243,7 @@ class TimingSession:
             "baseline_errors": self.baseline_errors,
             "clocks_before": self.clocks_before,
             "clocks_after": _read_clocks(),
+            "persisting_l2_reset": bool(self.l2_reset) and all(self.l2_reset),
         }
 
     def _baseline_call(self, shape_id: str, name: str) -> Any:

@@ -56,6 +56,14 @@ def score(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the EvalResult as JSON on stdout.")
     ] = False,
+    cold: Annotated[
+        bool | None,
+        typer.Option(
+            "--cold-check/--no-cold-check",
+            help="Re-check an accepted result in cold workers (fresh seeds, empty caches); "
+            "default: bench.cold_recheck (on when timing on a GPU).",
+        ),
+    ] = None,
 ) -> None:
     """Score CANDIDATE on PROBLEM: screen, compile, correctness, timing and roofline score."""
     from rich.markup import escape
@@ -76,7 +84,13 @@ def score(
     with progress_bar(
         f"scoring {candidate.name}", enabled=not as_json and err_console.is_terminal
     ) as on_event:
-        result = scorer.evaluate(spec, source, shape_ids=shape_ids, progress=on_event)
+        result = scorer.evaluate(
+            spec,
+            source,
+            shape_ids=shape_ids,
+            progress=on_event,
+            cold_recheck=scorer.wants_cold_recheck if cold is None else cold,
+        )
     if as_json:
         out_console.print_json(result.model_dump_json())
     else:

@@ -136,6 +136,14 @@ class BenchConfig(_Section):
     ceilings: Literal["measured", "datasheet"] = Field(
         default="measured", description="Which hardware ceilings price T_sol."
     )
+    cold_recheck: Literal["always", "gpu", "never"] = Field(
+        default="gpu",
+        description="Re-check final results in cold workers (fresh seeds, empty caches): always, "
+        "only when timing on a GPU, or never.",
+    )
+    cold_max_slowdown: float = Field(
+        default=1.25, gt=1.0, description="Cold median / first median above this: not_reproduced."
+    )
 
     @model_validator(mode="after")
     def _samples_ordered(self) -> BenchConfig:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -31,10 +31,14 @@ class WindowSamples:
         device_us: From the same start event to an event recorded after
             ``torch.cuda.synchronize()``: the device-wide window, which also covers work ``fn``
             left on other streams.
+        host_us: Host wall-clock (``time.perf_counter``) from just before the start event to
+            after the device-end event completed: a cross-check on the device's clocks (it covers
+            the flush's tail and the host lead too, so it is never shorter than ``device_us``).
     """
 
     stream_us: list[float]
     device_us: list[float]
+    host_us: list[float] = field(default_factory=list)
 
 
 def sample_windows(
@@ -75,23 +79,27 @@ def sample_windows(
     # Events are created before the loop so that their allocation never sits inside a window.
     events = [_event_triple() for _ in range(n_samples)]
     taken = 0
+    host_us: list[float] = []
     started_s = time.perf_counter()
     for i, (start, end, device_end) in enumerate(events):
         if budget_s is not None and taken >= floor and time.perf_counter() - started_s >= budget_s:
             break
         if flush is not None:
             flush()
+        host_start = time.perf_counter()
         start.record(stream)
         fn(i)
         end.record(stream)
         torch.cuda.synchronize()
         device_end.record(stream)
         device_end.synchronize()
+        host_us.append((time.perf_counter() - host_start) * 1e6)
         taken += 1
     done = events[:taken]
     return WindowSamples(
         stream_us=[s.elapsed_time(e) * 1000.0 for s, e, _ in done],
         device_us=[s.elapsed_time(d) * 1000.0 for s, _, d in done],
+        host_us=host_us,
     )
 
 

@@ -24,6 +24,12 @@ def gpu_scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
     return Scorer(config, tmp_path_factory.mktemp("gpu-cache"), device="cuda")
 
 
+@pytest.fixture(scope="module")
+def runtime_scorer(gpu_scorer: Scorer) -> Scorer:
+    """The same scorer with the static screen skipped: runtime evidence alone must decide."""
+    return Scorer(gpu_scorer.config, gpu_scorer.cache_dir, device="cuda", static_screen=False)
+
+
 def test_gpu_correct_candidate_is_timed_and_scored(
     gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
 ) -> None:
@@ -49,24 +55,26 @@ def test_gpu_wrong_candidate_is_rejected(gpu_scorer: Scorer, rms_norm: ProblemSp
 
 
 def test_gpu_side_stream_work_is_a_timing_mismatch(
-    gpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
 ) -> None:
-    # the result is computed on the launching stream; 200 us of extra work hides on a side stream
+    # the result is computed on the launching stream; 40 more launches of the candidate's own
+    # kernel hide on a side stream (own kernels: the engagement gate has nothing to say)
     source = inject(
-        "side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n    torch.cuda._sleep(400000)"
+        "side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n"
+        "    for _ in range(40):\n        rms_norm(x, weight, self.eps)"
     )
-    result = gpu_scorer.evaluate(rms_norm, source, shape_ids=SHAPES[:1])
+    result = runtime_scorer.evaluate(rms_norm, source, shape_ids=SHAPES[:1])
     assert result.verdict is Verdict.TIMING_MISMATCH, result.failure
 
 
 def test_gpu_timer_tampering_is_detected(
-    gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
 ) -> None:
     patch = (
         "\nimport torch as _t\n_orig = _t.cuda.Event.elapsed_time\n"
         "_t.cuda.Event.elapsed_time = lambda self, end: 0.5 * _orig(self, end)\n"
     )
-    result = gpu_scorer.evaluate(rms_norm, rms_norm_candidate + patch, shape_ids=SHAPES[:1])
+    result = runtime_scorer.evaluate(rms_norm, rms_norm_candidate + patch, shape_ids=SHAPES[:1])
     assert result.verdict is Verdict.TAMPERED, result.failure
 
 

@@ -102,4 +102,15 @@ def test_implausible_needs_two_workers_to_agree() -> None:
     merged = confirm_suspicious(first, second)
     flags = {r.shape_id: r.flags for r in merged.shapes}
     assert flags == {"a": ["suspicious", "implausible"], "b": ["suspicious"], "c": []}
-    assert "implausible in ['a']" in merged.notes[-1]
+    verdicts = {r.shape_id: r.verdict for r in merged.shapes}
+    assert verdicts == {"a": Verdict.IMPLAUSIBLE, "b": Verdict.ACCEPTED, "c": Verdict.ACCEPTED}
+    assert merged.verdict is Verdict.IMPLAUSIBLE and merged.score == 0.0
+    assert merged.failure is not None and "['a']" in merged.failure.message
+    assert "two independent workers" in merged.notes[-1]
+
+
+def test_suspicious_alone_is_only_a_note() -> None:
+    first = _result([_row("a", 1.0).model_copy(update={"flags": ["suspicious"]})])
+    merged = confirm_suspicious(first, _result([_row("a", 0.9)]))
+    assert merged.verdict is Verdict.ACCEPTED and merged.shapes[0].flags == ["suspicious"]
+    assert "not reproduced" in merged.notes[-1]

@@ -104,6 +104,10 @@ class TimedCPUScorer(_CompareMixin):
     def cpu(self) -> bool:
         return False
 
+    @property
+    def wants_cold_recheck(self) -> bool:
+        return False  # the real scorer runs on the CPU here: nothing timed to reproduce
+
     def evaluate(
         self,
         problem: ProblemSpec,
@@ -111,6 +115,7 @@ class TimedCPUScorer(_CompareMixin):
         *,
         shape_ids: list[str] | None = None,
         progress: Any = None,
+        cold_recheck: bool = False,
     ) -> EvalResult:
         self.calls.append("evaluate")
         smoke = [s.id for s in problem.shapes if s.split.value == "smoke"]
@@ -136,6 +141,10 @@ class SyntheticScorer(_CompareMixin):
     def cpu(self) -> bool:
         return self._cpu
 
+    @property
+    def wants_cold_recheck(self) -> bool:
+        return False
+
     def evaluate(
         self,
         problem: ProblemSpec,
@@ -143,6 +152,7 @@ class SyntheticScorer(_CompareMixin):
         *,
         shape_ids: list[str] | None = None,
         progress: Any = None,
+        cold_recheck: bool = False,
     ) -> EvalResult:
         ids = shape_ids or [s.id for s in problem.shapes]
         by_id = {s.id: s for s in problem.shapes}

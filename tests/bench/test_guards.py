@@ -1,0 +1,200 @@
+"""The runtime guards and the engagement gate (stages 3-4), each shown failing on the CPU.
+
+Every candidate here is the correct rms_norm example with one trick added, scored by the real
+CPU scorer with the static screen skipped (``static_screen=False``), so the runtime evidence alone
+must give the verdict. The exploit corpus (tests/exploits) covers the same tricks with the screen
+on; these tests pin each guard to its verdict and message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aka.bench import EvalResult, Scorer, Verdict
+from aka.bench.engagement import judge_engagement
+from aka.core import BenchConfig
+from aka.spec import ProblemSpec
+from tests.bench.conftest import RMS_NORM_RETURN
+
+
+@pytest.fixture(scope="module")
+def runtime_scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
+    return Scorer(
+        BenchConfig(worker_timeout_s=120.0),
+        tmp_path_factory.mktemp("guards"),
+        device="cpu",
+        static_screen=False,
+    )
+
+
+def _variant(base: str, *, header: str = "", body: str = "", ret: str | None = None) -> str:
+    """The example with ``header`` at module level, ``body`` at the start of forward and
+    ``ret`` replacing its return statement."""
+    assert RMS_NORM_RETURN in base
+    lines = "".join(f"        {line}\n" for line in body.strip("\n").splitlines())
+    tail = (
+        RMS_NORM_RETURN
+        if ret is None
+        else "".join(f"        {line}\n" for line in ret.strip("\n").splitlines())
+    )
+    return base.replace("\nclass ModelNew", f"\n{header}\n\nclass ModelNew").replace(
+        RMS_NORM_RETURN, lines + tail
+    )
+
+
+def _score(scorer: Scorer, problem: ProblemSpec, source: str) -> EvalResult:
+    return scorer.evaluate(problem, source, shape_ids=["smoke_t33_h256"])
+
+
+def test_honest_example_passes_every_guard(
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    result = _score(runtime_scorer, rms_norm, rms_norm_candidate)
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    assert result.fallback_ratio == 0.0
+    assert result.engagement is not None
+    assert result.engagement.method == "interpreter-bytes"
+    assert result.engagement.own_kernels == ["_rms_norm_row_kernel"]
+    assert result.shapes[0].fallback_ratio == 0.0
+
+
+CASES = {
+    "lazy_subclass": (
+        {
+            "header": "class _Lazy(torch.Tensor):\n    pass\n",
+            "ret": "return rms_norm(x, weight, self.eps).as_subclass(_Lazy)",
+        },
+        Verdict.BAD_STRUCTURE,
+        "not a plain torch.Tensor",
+    ),
+    "alias_input": (
+        {"ret": "y = rms_norm(x, weight, self.eps)\nx.copy_(y)\nreturn x"},
+        Verdict.MUTATED_INPUT,
+        "changed",
+    ),
+    "alias_weight_view": (
+        {"ret": "return weight.view(1, -1).expand(x.shape[0], -1)"},
+        Verdict.ALIASED_OUTPUT,
+        "share memory",
+    ),
+    "thread": (
+        {"body": "import threading\nthreading.Thread(target=lambda: None).start()"},
+        Verdict.TAMPERED,
+        "started a thread",
+    ),
+    "timer_patch": (
+        {"header": "import time\ntime.perf_counter = lambda: 0.0\n"},
+        Verdict.TAMPERED,
+        "time.perf_counter",
+    ),
+    "reference_patch": (
+        {
+            "header": "import sys\n"
+            "sys.modules['_aka_reference'].Model.forward = lambda self, x, w: x\n"
+        },
+        Verdict.TAMPERED,
+        "reference.Model.forward",
+    ),
+    "data_ptr_cache": (
+        {
+            "header": "_SEEN = {}\n",
+            "ret": "key = x.data_ptr()\nif key not in _SEEN:\n"
+            "    _SEEN[key] = rms_norm(x, weight, self.eps)\nreturn _SEEN[key].clone()",
+        },
+        (Verdict.STALE_OUTPUT, Verdict.WRONG_OUTPUT),
+        "",
+    ),
+    "torch_fallback": (
+        {
+            "ret": "xf = x.float()\n"
+            "y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * weight.float()\n"
+            "rms_norm(x, weight, self.eps)\nreturn y.to(x.dtype)"
+        },
+        Verdict.FALLBACK,
+        "library work",
+    ),
+    "decoy_launch": (
+        {
+            "header": "import numpy as np\n",
+            "ret": "dummy = torch.empty(4, 256, dtype=x.dtype)\n"
+            "rms_norm(dummy, weight, self.eps)\n"
+            "xf = x.float().numpy()\n"
+            "y = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + self.eps)\n"
+            "return torch.from_numpy(y * weight.float().numpy()).to(x.dtype)",
+        },
+        Verdict.FALLBACK,
+        "library work",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_runtime_guard_gives_its_verdict(
+    case: str, runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    edits, expected, snippet = CASES[case]
+    result = _score(runtime_scorer, rms_norm, _variant(rms_norm_candidate, **edits))
+    allowed = expected if isinstance(expected, tuple) else (expected,)
+    assert result.verdict in allowed, (result.verdict, result.failure)
+    if result.verdict is not Verdict.ACCEPTED:
+        assert result.failure is not None and snippet in result.failure.message
+        assert result.score == 0.0
+
+
+def test_ghost_run_catches_output_written_around_the_kernels(
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+) -> None:
+    # The kernel runs on the real input and output but stores nothing; numpy writes the answer
+    # through the output's memory, which no aten op and no launch trace sees: only the ghost does.
+    source = rms_norm_candidate.replace(
+        "tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)",
+        "tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), "
+        "mask=mask & (cols < 0))",
+    )
+    source = _variant(
+        source,
+        header="import numpy as np\n",
+        ret="y = rms_norm(x, weight, self.eps)\n"
+        "xs = x.view(torch.int16).numpy().astype(np.int32) << 16\n"
+        "xf = xs.view(np.float32)\n"
+        "ws = (weight.view(torch.int16).numpy().astype(np.int32) << 16).view(np.float32)\n"
+        "v = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + self.eps) * ws\n"
+        "bits = (v.view(np.int32) + 0x8000) >> 16\n"
+        "y.view(torch.int16).numpy()[:] = bits.astype(np.int16)\n"
+        "return y",
+    )
+    result = _score(runtime_scorer, rms_norm, source)
+    assert result.verdict is Verdict.NOT_ENGAGED, (result.verdict, result.failure)
+    assert result.failure is not None and "no-ops" in result.failure.message
+
+
+def test_engagement_rules_on_recorded_facts() -> None:
+    trace = {
+        "launches": 1,
+        "kernels": ["k"],
+        "own_bytes": 900,
+        "library_bytes": 100,
+        "outputs": ["0"],
+        "outputs_covered": ["0"],
+        "inputs_covered": ["x"],
+    }
+
+    def verdict(facts: dict[str, object], ghost_same: bool | None = False) -> Verdict | None:
+        return judge_engagement(facts, None, ghost_same=ghost_same, engagement_min=0.9).verdict
+
+    ok = judge_engagement(trace, None, ghost_same=False, engagement_min=0.9)
+    assert ok.verdict is None and ok.fallback_ratio == pytest.approx(0.1)
+    assert verdict(trace | {"library_bytes": 101}) is Verdict.FALLBACK
+    # On a GPU the profiler's device time decides, not bytes.
+    profile = {"own_us": 10.0, "library_us": 90.0, "library_kernels": {"aten::mul": 90.0}}
+    gpu = judge_engagement(trace, profile, ghost_same=False, engagement_min=0.5)
+    assert gpu.verdict is Verdict.FALLBACK and gpu.method == "profiler"
+    assert "aten::mul" in gpu.message
+    assert verdict(trace | {"outputs_covered": []}) is Verdict.NOT_ENGAGED
+    assert verdict(trace | {"inputs_covered": []}) is Verdict.NOT_ENGAGED
+    assert verdict(trace, ghost_same=True) is Verdict.NOT_ENGAGED
+    nothing = trace | {"launches": 0, "own_bytes": 0, "library_bytes": 0}
+    assert judge_engagement(nothing, None, ghost_same=None, engagement_min=0.9).verdict in (
+        Verdict.FALLBACK,
+        Verdict.NOT_ENGAGED,
+    )
