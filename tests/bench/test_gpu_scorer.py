@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,13 +54,19 @@ def test_gpu_wrong_candidate_is_rejected(gpu_scorer: Scorer, rms_norm: ProblemSp
 
 
 def test_gpu_side_stream_work_is_a_timing_mismatch(
-    runtime_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
 ) -> None:
-    # the result is computed on the launching stream; 40 more launches of the candidate's own
-    # kernel hide on a side stream (own kernels: the engagement gate has nothing to say)
-    source = inject(
-        "side = torch.cuda.Stream()\nwith torch.cuda.stream(side):\n"
-        "    for _ in range(40):\n        rms_norm(x, weight, self.eps)"
+    # the result is computed on the launching stream first; then one big launch of the
+    # candidate's own kernel (own: the engagement gate has nothing to say) goes to a side stream
+    # and forward returns at once: the stream window closes early, the device works on
+    source = rms_norm_candidate.replace(
+        "        return rms_norm(x, weight, self.eps)\n",
+        "        y = rms_norm(x, weight, self.eps)\n"
+        "        big = x.new_empty((x.shape[0] * 512, x.shape[1]))\n"
+        "        side = torch.cuda.Stream()\n"
+        "        with torch.cuda.stream(side):\n"
+        "            rms_norm(big, weight, self.eps)\n"
+        "        return y\n",
     )
     result = runtime_scorer.evaluate(rms_norm, source, shape_ids=SHAPES[:1])
     assert result.verdict is Verdict.TIMING_MISMATCH, result.failure
