@@ -73,6 +73,19 @@ def judge_guards(
             Verdict.RUNTIME_ERROR,
             f"a repeated call failed: {probes['errors']['repeat']}",
         ), None
+    if first is not None:
+        seed0 = int(probes["files"]["first"]["seed"])
+        right = compare(first, ref.outputs[(sid, seed0)])
+        if not right.ok:
+            # Fresh inputs, and yet wrong: an answer kept from an earlier call (an address or
+            # call-order cache) when it matches another seed's reference, otherwise just wrong.
+            others = [k for k in ref.outputs if k[0] == sid and k[1] != seed0]
+            stale = any(compare(first, ref.outputs[k]).ok for k in others)
+            return CheckOutcome(
+                Verdict.STALE_OUTPUT if stale else Verdict.WRONG_OUTPUT,
+                "a further call on fresh inputs "
+                + ("returned the answer of an earlier call's inputs" if stale else right.message),
+            ), None
     if first is not None and again is not None:
         same = compare(again, _as_reference(first))
         if not same.ok:

@@ -314,7 +314,11 @@ class Scorer:
 
     def _screen(self, run: _Run) -> EvalResult | None:
         try:
-            report = screen_source(run.source, allow=run.problem.screen_allow)
+            report = screen_source(
+                run.source,
+                allow=run.problem.screen_allow,
+                allow_tf32=run.problem.dtype_policy.allow_tf32,
+            )
         except SyntaxError as err:
             return self._finish(
                 run,

@@ -25,6 +25,13 @@ def cpu_scorer(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
 
 
 @pytest.fixture(scope="session")
+def runtime_scorer(cpu_scorer: Scorer) -> Scorer:
+    """The CPU scorer with the static screen skipped: for candidates that misbehave at runtime in
+    ways the screen would already reject (ctypes, subprocess, writes to an input...)."""
+    return Scorer(cpu_scorer.config, cpu_scorer.cache_dir, device="cpu", static_screen=False)
+
+
+@pytest.fixture(scope="session")
 def rms_norm() -> ProblemSpec:
     return load_problem(EXAMPLES / "rms_norm" / "op.yaml")
 

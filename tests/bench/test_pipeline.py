@@ -67,30 +67,30 @@ def test_wrong_candidates_are_rejected(
 
 
 def test_worker_survives_crash_and_next_evaluation_works(
-    cpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
+    cpu_scorer: Scorer, runtime_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str
 ) -> None:
-    crashed = cpu_scorer.evaluate(rms_norm, fixture_candidate("rms_norm_crash.py"))
+    crashed = runtime_scorer.evaluate(rms_norm, fixture_candidate("rms_norm_crash.py"))
     assert crashed.verdict is Verdict.CRASH
     assert "signal 11" in crashed.failure.message  # type: ignore[union-attr]
     assert cpu_scorer.evaluate(rms_norm, rms_norm_candidate).verdict is Verdict.ACCEPTED
 
 
 def test_heap_corruption_is_a_verdict(
-    cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
 ) -> None:
     # overwrite a live object's header: the interpreter dies in C, not with a Python exception
     source = inject(
         "import ctypes\nvictim = [1, 2, 3]\nctypes.memset(id(victim), 0, 64)\n"
         "len(victim)\nimport gc\ngc.collect()"
     )
-    result = cpu_scorer.evaluate(rms_norm, source)
+    result = runtime_scorer.evaluate(rms_norm, source)
     assert result.verdict is Verdict.CRASH, result.failure
 
 
 def test_hang_is_killed_as_a_group(
     tmp_path: Path, rms_norm: ProblemSpec, inject: Callable[[str], str]
 ) -> None:
-    scorer = Scorer(BenchConfig(worker_timeout_s=6.0), tmp_path, device="cpu")
+    scorer = Scorer(BenchConfig(worker_timeout_s=6.0), tmp_path, device="cpu", static_screen=False)
     pid_file = tmp_path / "child.pid"
     source = inject(
         "import subprocess\n"
@@ -127,9 +127,9 @@ def test_out_of_memory_is_a_verdict(
 
 
 def test_mutated_input_is_rejected(
-    cpu_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
+    runtime_scorer: Scorer, rms_norm: ProblemSpec, inject: Callable[[str], str]
 ) -> None:
-    result = cpu_scorer.evaluate(rms_norm, inject("weight.fill_(0.5)"))
+    result = runtime_scorer.evaluate(rms_norm, inject("weight.fill_(0.5)"))
     assert result.verdict is Verdict.MUTATED_INPUT
     assert "weight" in result.failure.message  # type: ignore[union-attr]
 
