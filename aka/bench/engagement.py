@@ -10,7 +10,9 @@ Reads the facts a candidate worker gathered (``aka.bench.guards``) and decides, 
   ``fallback``.
 - **not_engaged**: no kernel of the candidate's file launched during forward; or none had an
   output's memory among its arguments; or none had a forward input's; or a ghost call (the
-  candidate's kernels skipped) produced the same output as a real one.
+  candidate's kernels skipped) produced the same output as a real one. CUDA C++ kernels (built
+  with ``load_inline``) are invisible to the launch tracer and the ghost call: for them the
+  profiler's split alone decides.
 
 Owns no execution; pure functions over JSON facts and tensors already loaded.
 """
@@ -88,6 +90,10 @@ def judge_engagement(
             f"{ratio:.0%} of the {unit} is library work ({top}); at most {allowed:.0%} is "
             "allowed (engagement_min) — compute the result in your own kernels"
         )
+        return base
+    if trace.get("cuda_kernels") and method == "profiler":
+        # CUDA C++ launches go through the extension, not Triton's launch path: neither the
+        # tracer nor the ghost call can see them, so the profiler's split above decides alone.
         return base
     if not trace.get("launches"):
         base.verdict = Verdict.NOT_ENGAGED

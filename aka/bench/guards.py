@@ -72,6 +72,9 @@ _FREE_OPS = frozenset(
         "record_stream",
     }
 )
+#: Device work that only initialises memory (``torch.zeros``/``fill_``/``zero_``, memsets): the
+#: profiler counts it as neither the candidate's nor library compute, as the op recorder does.
+_GLUE_KERNEL = re.compile(r"FillFunctor|^Memset|memset", re.IGNORECASE)
 #: ``__global__`` functions in CUDA C++ sources handed to ``load_inline``.
 _GLOBAL_FN = re.compile(r"__global__\s+(?:[\w:<>]+\s+)*?(\w+)\s*\(")
 
@@ -458,14 +461,23 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
         if own_names
         else None
     )
+    glue = 0.0
     for event in prof.events():
         if getattr(event, "device_type", None) != DeviceType.CUDA:
             continue
         us = float(event.time_range.elapsed_us())
         if pattern is not None and pattern.search(event.name):
             own += us
+        elif _GLUE_KERNEL.search(event.name):
+            glue += us  # zero-filling a buffer the candidate allocated: allocation, not compute
         else:
             library += us
             names[event.name[:120]] = names.get(event.name[:120], 0.0) + us
     top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:8])
-    return {"own_us": own, "library_us": library, "library_kernels": top, "at": time.time()}
+    return {
+        "own_us": own,
+        "library_us": library,
+        "glue_us": glue,
+        "library_kernels": top,
+        "at": time.time(),
+    }

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from aka.bench.result import EvalResult, Failure, LatencyStats, Verdict
 from aka.bench.score import problem_score, sol_fraction, suspicious_margin
-from aka.bench.stats import latency_stats, median
-from aka.bench.timing import judge_windows
+from aka.bench.stats import latency_stats, median, quantile
+from aka.bench.timing import GAP_QUANTILE, judge_windows
 from aka.core import BenchError, ProgressCallback, ProgressEvent, emit
 
 if TYPE_CHECKING:
@@ -131,10 +131,10 @@ def _measure_in_worker(scorer: Scorer) -> DeviceCeilings | None:
     return DeviceCeilings.model_validate(result["ceilings"])
 
 
-def _median_gap(windows: dict[str, list[float]]) -> float:
-    """Median (device-wide - stream) window of an empty call; 0 when it was not measured."""
+def _empty_gap(windows: dict[str, list[float]]) -> float:
+    """(device-wide - stream) window of an empty call at ``GAP_QUANTILE``; 0 when not measured."""
     pairs = list(zip(windows.get("stream_us", []), windows.get("device_us", []), strict=True))
-    return median([d - s for s, d in pairs]) if pairs else 0.0
+    return quantile([d - s for s, d in pairs], GAP_QUANTILE) if pairs else 0.0
 
 
 def judge_performance(
@@ -154,7 +154,7 @@ def judge_performance(
     info = DeviceInfo.model_validate(run.device)
     floor = latency_stats(timing["launch_floor"]["stream_us"])
     empty_gap = max(
-        _median_gap(timing["launch_floor"]), _median_gap(timing.get("empty_unflushed") or {})
+        _empty_gap(timing["launch_floor"]), _empty_gap(timing.get("empty_unflushed") or {})
     )
     ceilings = scorer_ceilings(scorer, info).model_copy(
         update={"launch_floor_us": floor.median, "launch_floor_iqr_us": floor.iqr}

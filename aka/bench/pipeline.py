@@ -231,7 +231,7 @@ class Scorer:
         """
         result = self._evaluate_once(problem, candidate_source, shape_ids, progress)
         suspicious = [r.shape_id for r in result.shapes if "suspicious" in r.flags]
-        if suspicious:
+        if suspicious and result.accepted:
             # Faster than the roofline allows: time those shapes again in a second fresh worker.
             second = self._evaluate_once(problem, candidate_source, suspicious, progress)
             result = confirm_suspicious(result, second)

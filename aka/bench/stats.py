@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from aka.bench.result import LatencyStats
 
-__all__ = ["geomean", "iqr", "latency_stats", "median"]
+__all__ = ["geomean", "iqr", "latency_stats", "median", "quantile"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -16,6 +16,17 @@ def median(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("median of no samples")
     return float(statistics.median(values))
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Return the ``q`` quantile (0..1, linear interpolation); raises ValueError when empty."""
+    if not values:
+        raise ValueError("quantile of no samples")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
 
 
 def iqr(values: Sequence[float]) -> float:

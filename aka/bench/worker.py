@@ -163,6 +163,12 @@ def _poison(rt: ProblemRuntime, poison_bytes: int) -> None:
     import torch
 
     if poison_bytes:
+        if rt.device.startswith("cuda"):
+            # The caching allocator would hand a new output the exact block an earlier output
+            # (holding a correct answer) was freed from; return every free block first, so the
+            # next allocations are carved out of the poisoned one.
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
         poison = torch.full((poison_bytes,), 255, dtype=torch.uint8, device=rt.device)
         del poison
 

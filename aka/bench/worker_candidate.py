@@ -126,6 +126,7 @@ def run_candidate(
             _check_shape_call(call, shape["id"], stage)
             if trace is not None:
                 row["trace"] = trace.to_json() | {
+                    "cuda_kernels": sorted(guard.cuda_kernel_names),
                     "outputs_covered": overlapping(call.tensors, trace.launch_spans),
                     "outputs": sorted(k for k, t in call.tensors.items() if t.numel()),
                     "inputs_covered": overlapping(

@@ -84,10 +84,14 @@ def test_gpu_timer_tampering_is_detected(
 
 
 def test_gpu_crash_then_next_evaluation_works(
-    gpu_scorer: Scorer, rms_norm: ProblemSpec, rms_norm_candidate: str, tmp_path: Path
+    gpu_scorer: Scorer,
+    runtime_scorer: Scorer,
+    rms_norm: ProblemSpec,
+    rms_norm_candidate: str,
+    tmp_path: Path,
 ) -> None:
     assert (
-        gpu_scorer.evaluate(
+        runtime_scorer.evaluate(
             rms_norm, fixture_candidate("rms_norm_crash.py"), shape_ids=SHAPES[:1]
         ).verdict
         is Verdict.CRASH
