@@ -8,12 +8,14 @@ on; these tests pin each guard to its verdict and message.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from aka.bench import EvalResult, Scorer, Verdict
 from aka.bench.engagement import judge_engagement
 from aka.core import BenchConfig
-from aka.spec import ProblemSpec
+from aka.spec import ProblemSpec, load_problem
 from tests.bench.conftest import RMS_NORM_RETURN
 
 
@@ -198,3 +200,32 @@ def test_engagement_rules_on_recorded_facts() -> None:
         Verdict.FALLBACK,
         Verdict.NOT_ENGAGED,
     )
+
+
+RESIDUAL = Path(__file__).resolve().parents[1] / "fixtures" / "problems" / "residual_add"
+
+
+@pytest.fixture(scope="module")
+def residual_add() -> ProblemSpec:
+    return load_problem(RESIDUAL / "op.yaml")
+
+
+def test_declared_in_place_update_is_checked_against_the_reference_copy(
+    cpu_scorer: Scorer, residual_add: ProblemSpec
+) -> None:
+    honest = (RESIDUAL / "candidate.py").read_text()
+    result = cpu_scorer.evaluate(residual_add, honest)
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    assert residual_add.in_place == ["residual"]
+    # forgetting the in-place update is wrong (the reference's updated residual is compared)
+    stale = cpu_scorer.evaluate(residual_add, honest.replace("UPDATE=True", "UPDATE=False"))
+    assert stale.verdict is Verdict.WRONG_OUTPUT, stale.failure
+    assert stale.failure is not None and "in_place:residual" in stale.failure.message
+    # updating an input that is not declared in_place is mutated_input
+    wrong = honest.replace(
+        "    tl.store(y_ptr + offs, r * 0.5, mask=mask)",
+        "    tl.store(y_ptr + offs, r * 0.5, mask=mask)\n    tl.store(x_ptr + offs, r, mask=mask)",
+    )
+    mutated = cpu_scorer.evaluate(residual_add, wrong)
+    assert mutated.verdict is Verdict.MUTATED_INPUT, mutated.failure
+    assert mutated.failure is not None and "['x']" in mutated.failure.message
