@@ -68,6 +68,7 @@ def judge_guards(
 
     first, again = _load(workdir, probes, "first"), _load(workdir, probes, "again")
     moved, ghost = _load(workdir, probes, "moved"), _load(workdir, probes, "ghost")
+    ghost_real = _load(workdir, probes, "ghost_real")
     if probes.get("errors", {}).get("repeat"):
         return CheckOutcome(
             Verdict.RUNTIME_ERROR,
@@ -108,8 +109,8 @@ def judge_guards(
                 verdict, f"new input values at the addresses of earlier ones: {why}"
             ), None
     ghost_same = None
-    if ghost is not None and first is not None:
-        ghost_same = compare(ghost, _as_reference(first)).ok
+    if ghost is not None and ghost_real is not None:
+        ghost_same = compare(ghost, _as_reference(ghost_real)).ok
     engagement = judge_engagement(
         row.get("trace"),
         probes.get("profile"),

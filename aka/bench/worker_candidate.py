@@ -34,6 +34,8 @@ from aka.bench.worker import (
 __all__ = ["run_candidate"]
 
 _GO_FILE = "go.json"
+#: The ghost probe draws inputs at ``seeds[0] + this``: a seed no other call of the worker used.
+_GHOST_SEED_OFFSET = 7_340_033
 
 
 def _check_tamper(guard: CandidateGuard, when: str) -> None:
@@ -172,11 +174,10 @@ def _probe(
 
     ``again``: the same input tensors a second time. ``moved``: the second seed's values copied
     into the first seed's tensors (same addresses) with a model rebuilt under the second seed.
-    ``ghost``: fresh inputs with the candidate's kernels skipped. ``profile`` (GPU): device time
+    ``ghost``: inputs of an unused seed, once for real (``ghost_real``, kept alive) and once with
+    the candidate's kernels skipped. ``profile`` (GPU): device time
     of one warm call split into the candidate's kernels and library ones.
     """
-    import torch
-
     s0, s1 = task["seeds"][0], task["seeds"][1]
     in_place = list(task["problem"]["in_place"])
     poison = task["poison_bytes"].get(shape["id"], 0)
@@ -191,10 +192,7 @@ def _probe(
         model, reference = _model_pair(rt, cls, shape, s0)
         _load_weights(model, reference)
         args, kwargs = rt.make_inputs(shape, s0)
-        pristine = (
-            [a.clone() if torch.is_tensor(a) else a for a in args],
-            {k: v.clone() if torch.is_tensor(v) else v for k, v in kwargs.items()},
-        )
+        pristine = _clones(args, kwargs)
         first = _run_one(model, rt, shape, s0, in_place, poison, inputs=(args, kwargs))
         save("first", first, s0)
         _restore(args, kwargs, pristine)
@@ -213,14 +211,33 @@ def _probe(
     except BaseException as err:  # noqa: BLE001 - a probe failing is evidence, not a crash
         out["errors"]["repeat"] = f"{type(err).__name__}: {err}"
     try:
+        # Inputs of a seed never used before, and the real output kept alive (and not yet copied)
+        # during the ghost call: no freed block the allocator might hand the ghost's outputs
+        # holds this answer.
+        fresh = s0 + _GHOST_SEED_OFFSET
+        model, reference = _model_pair(rt, cls, shape, s0)
+        _load_weights(model, reference)
+        args, kwargs = rt.make_inputs(shape, fresh)
+        pristine = _clones(args, kwargs)
+        real = _run_one(model, rt, shape, fresh, in_place, poison, inputs=(args, kwargs))
+        _restore(args, kwargs, pristine)
         with guard.ghosted():
-            model, reference = _model_pair(rt, cls, shape, s0)
-            _load_weights(model, reference)
-            ghost = _run_one(model, rt, shape, s0, in_place, poison)
-        save("ghost", ghost, s0)
+            ghost = _run_one(model, rt, shape, fresh, in_place, poison, inputs=(args, kwargs))
+        # saved only now: a saved copy freed before the ghost call could become its output
+        save("ghost_real", real, fresh)
+        save("ghost", ghost, fresh)
     except BaseException as err:  # noqa: BLE001 - a ghost call may fail: the kernels mattered
         out["errors"]["ghost"] = f"{type(err).__name__}: {err}"
     return out
+
+
+def _clones(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    import torch
+
+    return (
+        [a.clone() if torch.is_tensor(a) else a for a in args],
+        {k: v.clone() if torch.is_tensor(v) else v for k, v in kwargs.items()},
+    )
 
 
 def _restore(
