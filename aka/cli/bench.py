@@ -69,7 +69,7 @@ def score(
     from rich.markup import escape
 
     from aka.bench import Scorer, Verdict
-    from aka.cli.render import eval_table, progress_bar
+    from aka.cli.render import engagement_line, eval_table, progress_bar
     from aka.core.console import err_console, out_console
     from aka.spec import load_problem
 
@@ -95,6 +95,9 @@ def score(
         out_console.print_json(result.model_dump_json())
     else:
         out_console.print(eval_table(result))
+        line = engagement_line(result)
+        if line is not None:
+            out_console.print(line, markup=False, highlight=False)
         if result.failure is not None:
             message = escape(result.failure.message)
             out_console.print(f"[red]{result.failure.kind.value}[/red]: {message}", highlight=False)

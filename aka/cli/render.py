@@ -15,7 +15,7 @@ from aka.bench import EvalResult, LatencyStats, Verdict
 from aka.core import ProgressCallback, ProgressEvent
 from aka.core.console import err_console
 
-__all__ = ["eval_table", "progress_bar"]
+__all__ = ["engagement_line", "eval_table", "progress_bar"]
 
 _VERDICT_STYLE = {Verdict.ACCEPTED: "green", Verdict.NOT_RUN: "yellow"}
 
@@ -56,8 +56,10 @@ def _us(stats: LatencyStats | None) -> str:
 
 def _correctness_table(result: EvalResult, title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("shape", "split", "verdict", "max |err|", "rel L2 err", "flags"):
-        table.add_column(column, justify="right" if "err" in column else "left", no_wrap=True)
+    for column in ("shape", "split", "verdict", "max |err|", "rel L2 err", "library", "flags"):
+        table.add_column(
+            column, justify="right" if "err" in column or column == "library" else "left"
+        )
     for row in result.shapes:
         style = _VERDICT_STYLE.get(row.verdict, "red")
         table.add_row(
@@ -66,9 +68,28 @@ def _correctness_table(result: EvalResult, title: str) -> Table:
             f"[{style}]{row.verdict.value}[/{style}]",
             "-" if row.max_abs_err is None else f"{row.max_abs_err:.3g}",
             "-" if row.rel_l2_err is None else f"{row.rel_l2_err:.3g}",
+            _share(row.fallback_ratio),
             ", ".join(row.flags),
         )
     return table
+
+
+def _share(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.0%}"
+
+
+def engagement_line(result: EvalResult) -> str | None:
+    """One line on stage 4: how much was library work, measured how, and by whose kernels."""
+    eng = result.engagement
+    if eng is None:
+        return None
+    unit = "device time" if eng.method == "profiler" else "bytes touched (interpreter)"
+    top = ", ".join(list(eng.library)[:3]) or "none"
+    own = ", ".join(eng.own_kernels) or "none seen"
+    return (
+        f"engagement: {eng.fallback_ratio:.0%} of the {unit} is library work "
+        f"(allowed {1 - eng.engagement_min:.0%}); own kernels: {own}; top library: {top}"
+    )
 
 
 def eval_table(result: EvalResult) -> Table:
@@ -86,9 +107,11 @@ def eval_table(result: EvalResult) -> Table:
         "compile us",
         "T_sol us",
         "SOL",
+        "library",
         "flags",
     ):
-        table.add_column(column, justify="right" if "us" in column or column == "SOL" else "left")
+        right = "us" in column or column in ("SOL", "library")
+        table.add_column(column, justify="right" if right else "left")
     for row in result.shapes:
         style = _VERDICT_STYLE.get(row.verdict, "red")
         table.add_row(
@@ -100,6 +123,7 @@ def eval_table(result: EvalResult) -> Table:
             _us(row.baselines_us.get("torch_compile")),
             "-" if row.t_sol_us is None else f"{row.t_sol_us:,.2f}",
             "-" if row.sol_fraction is None else f"{row.sol_fraction:.1%}",
+            _share(row.fallback_ratio),
             ", ".join(row.flags),
         )
     return table

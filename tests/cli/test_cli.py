@@ -42,6 +42,18 @@ def test_score_accepted_exits_0_and_prints_json(capsys: pytest.CaptureFixture[st
     assert result["verdict"] == "accepted"
     assert result["performance_measured"] is False
     assert [s["shape_id"] for s in result["shapes"]] == ["smoke_t33_h256"]
+    assert result["fallback_ratio"] == 0.0
+    assert result["engagement"]["own_kernels"] == ["_rms_norm_row_kernel"]
+
+
+def test_score_table_shows_the_engagement(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "bench", "score", "-p", str(RMS / "op.yaml"), "-c", str(RMS / "candidate.py")
+    )
+    assert code == 0
+    assert "library" in out
+    assert "engagement: 0% of the bytes touched (interpreter) is library work" in out
+    assert "own kernels: _rms_norm_row_kernel" in out
 
 
 def test_score_rejected_exits_1_with_a_table(capsys: pytest.CaptureFixture[str]) -> None:
