@@ -105,8 +105,11 @@ def _is_fp8(t: Any) -> bool:
 def _expand_scale(scale: Any, like: Any) -> Any:
     """Broadcast a per-token/per-group/per-block scale to ``like``'s shape by repeating blocks."""
     s = scale.float()
+    # a scale with fewer dims is per leading index when its shape matches like's leading dims
+    # (per-token (T,) for a (T, H) output), otherwise broadcast from the left as usual
+    leading = s.dim() > 0 and tuple(s.shape) == tuple(like.shape[: s.dim()])
     while s.dim() < like.dim():
-        s = s.unsqueeze(0)
+        s = s.unsqueeze(-1) if leading else s.unsqueeze(0)
     for d in range(like.dim()):
         if s.shape[d] not in (1, like.shape[d]):
             block = math.ceil(like.shape[d] / s.shape[d])

@@ -214,3 +214,16 @@ def test_fp8_cpu_allowance_is_bounded() -> None:
         saved(off.to(torch.float8_e4m3fn), s), saved(q, s), fp8_scales={"0": "1"}, cpu=True
     )
     assert too_many.verdict is Verdict.WRONG_OUTPUT
+
+
+def test_fp8_per_token_scale_of_fewer_dims_scales_rows() -> None:
+    import torch
+
+    from aka.bench.correctness import _expand_scale
+
+    like = torch.zeros(3, 5)
+    rows = _expand_scale(torch.tensor([1.0, 2.0, 3.0]), like)
+    assert torch.equal(rows, torch.tensor([[1.0] * 5, [2.0] * 5, [3.0] * 5]))
+    # per-group scales of the last dim keep broadcasting from the left / by blocks
+    groups = _expand_scale(torch.tensor([[1.0, 2.0]]), torch.zeros(3, 4))
+    assert torch.equal(groups, torch.tensor([[1.0, 1.0, 2.0, 2.0]] * 3))
