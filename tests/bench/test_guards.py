@@ -229,3 +229,27 @@ def test_declared_in_place_update_is_checked_against_the_reference_copy(
     mutated = cpu_scorer.evaluate(residual_add, wrong)
     assert mutated.verdict is Verdict.MUTATED_INPUT, mutated.failure
     assert mutated.failure is not None and "['x']" in mutated.failure.message
+
+
+def test_cuda_candidates_are_judged_by_the_profiler_alone() -> None:
+    # load_inline launches are invisible to the Triton tracer and the ghost call
+    trace = {"launches": 0, "kernels": [], "cuda_kernels": ["rms_kernel"], "own_bytes": 0}
+    own = {"own_us": 95.0, "library_us": 5.0, "library_kernels": {}}
+    ok = judge_engagement(trace, own, ghost_same=True, engagement_min=0.9)
+    assert ok.verdict is None and ok.method == "profiler"
+    library = {"own_us": 5.0, "library_us": 95.0, "library_kernels": {"gemv": 95.0}}
+    assert judge_engagement(trace, library, ghost_same=True, engagement_min=0.9).verdict is (
+        Verdict.FALLBACK
+    )
+
+
+def test_host_clock_cross_check_flags() -> None:
+    from aka.bench.performance import host_flags
+
+    floor = {"host_us": [60.0] * 9, "device_us": [10.0] * 9}  # host pays ~50 us of flush + lead
+    assert host_flags({"host_us": [75.0] * 9}, floor, device_median_us=20.0) == []
+    assert host_flags({"host_us": [10.0] * 9}, floor, device_median_us=20.0) == [
+        "host_clock_below_device"
+    ]
+    assert host_flags({"host_us": [400.0] * 9}, floor, device_median_us=20.0) == ["host_gap"]
+    assert host_flags({}, floor, device_median_us=20.0) == []
