@@ -8,7 +8,7 @@ candidate file; 3 a harness failure; 4 ``not_run`` (this machine cannot run the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -120,3 +120,64 @@ def score(
     if result.verdict is Verdict.ACCEPTED:
         raise typer.Exit(EXIT_ACCEPTED)
     raise typer.Exit(EXIT_NOT_RUN if result.verdict is Verdict.NOT_RUN else EXIT_REJECTED)
+
+
+suite_app = typer.Typer(help="Benchmark suites (e.g. atrex30).", no_args_is_help=True)
+app.add_typer(suite_app, name="suite")
+
+
+@suite_app.command("show")
+def suite_show(
+    name: Annotated[str, typer.Argument(help="A built-in suite name, a suite dir or suite.yaml.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print operators, weights, phases and shapes as JSON.")
+    ] = False,
+) -> None:
+    """List a suite's operators with their weight, phase and shapes (id and split)."""
+    import json
+
+    from rich.table import Table
+
+    from aka.core.console import out_console
+    from aka.spec import load_suite
+
+    suite = load_suite(name)
+    rows: list[dict[str, Any]] = []
+    for op in suite.operators:
+        problem = suite.problem(op.name)
+        rows.append(
+            {
+                "name": op.name,
+                "weight": op.weight,
+                "phase": op.phase,
+                "op_family": problem.op_family.value if problem.op_family else None,
+                "shapes": [
+                    {
+                        "id": s.id,
+                        "split": s.split.value,
+                        "phase": s.phase.value if s.phase else None,
+                    }
+                    for s in problem.shapes
+                ],
+            }
+        )
+    if as_json:
+        out_console.print_json(
+            json.dumps({"name": suite.name, "source": suite.source, "operators": rows})
+        )
+        return
+    table = Table(title=f"{suite.name}: {len(rows)} operators", title_justify="left")
+    for column in ("operator", "weight", "phase", "tune", "smoke"):
+        table.add_column(
+            column, justify="right" if column in ("weight", "tune", "smoke") else "left"
+        )
+    for row in sorted(rows, key=lambda r: -float(r["weight"])):
+        splits = [s["split"] for s in row["shapes"]]
+        table.add_row(
+            str(row["name"]),
+            f"{float(row['weight']):.4f}",
+            str(row["phase"]),
+            str(splits.count("tune")),
+            str(splits.count("smoke")),
+        )
+    out_console.print(table)

@@ -16,6 +16,7 @@ from aka.spec.problem import (
 )
 from aka.spec.pysource import Signature, SourceFacts, read_source_facts
 from aka.spec.schema import op_yaml_json_schema
+from aka.spec.suite import SuiteOperator, SuiteSpec, builtin_suites, load_suite
 from aka.spec.vocab import (
     Arch,
     ComputeUnit,
@@ -49,12 +50,16 @@ __all__ = [
     "Signature",
     "SourceFacts",
     "Split",
+    "SuiteOperator",
+    "SuiteSpec",
     "ToleranceSpec",
     "Vendor",
+    "builtin_suites",
     "detect_format",
     "evaluate_quantity",
     "kernel_header",
     "load_problem",
+    "load_suite",
     "op_yaml_json_schema",
     "parse_op_yaml_text",
     "read_source_facts",
