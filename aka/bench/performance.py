@@ -234,6 +234,7 @@ def judge_performance(
         "clocks": {"before": timing.get("clocks_before"), "after": timing.get("clocks_after")},
     }
     run.sandbox["persisting_l2_reset"] = timing.get("persisting_l2_reset")
+    run.sandbox["persisting_l2_calls"] = timing.get("persisting_l2_calls")
     if timing.get("baseline_errors"):
         run.notes.append(f"baselines that failed to build: {timing['baseline_errors']}")
     if bad is not None:

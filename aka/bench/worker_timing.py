@@ -31,19 +31,19 @@ def _identity(obj: Any) -> str:
     return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
 
 
-def _reset_persisting_l2() -> bool:
+def _reset_persisting_l2() -> dict[str, int]:
     """Return L2 lines marked persisting to normal and set the persisting carve-out to 0.
 
     Through the driver API (``cuCtxResetPersistingL2Cache``, ``cuCtxSetLimit``) on the current
     (primary) context, so no access-policy window set by earlier code keeps data resident in L2
-    across the flush. False when the driver call is unavailable or refused.
+    across the flush. Returns each call's CUresult (0 = success; -1 = the driver was not found).
     """
     try:
         driver = ctypes.CDLL("libcuda.so.1")
-        limit_ok = driver.cuCtxSetLimit(ctypes.c_int(_CU_LIMIT_PERSISTING_L2), ctypes.c_size_t(0))
-        return bool(driver.cuCtxResetPersistingL2Cache() == 0 and limit_ok == 0)
+        limit = driver.cuCtxSetLimit(ctypes.c_int(_CU_LIMIT_PERSISTING_L2), ctypes.c_size_t(0))
+        return {"reset": int(driver.cuCtxResetPersistingL2Cache()), "limit": int(limit)}
     except (OSError, AttributeError):
-        return False
+        return {"reset": -1, "limit": -1}
 
 
 def _read_clocks() -> dict[str, Any]:
@@ -101,7 +101,7 @@ class TimingSession:
         self.launch_floor: dict[str, list[float]] = {}
         self.empty_unflushed: dict[str, list[float]] = {}
         self.clocks_before: dict[str, Any] = _read_clocks()
-        self.l2_reset: list[bool] = []
+        self.l2_reset: list[dict[str, int]] = []
 
     def _sample(self, fn: Any, *, flush: bool = True) -> dict[str, list[float]]:
         from aka.hardware import sample_windows
@@ -243,7 +243,9 @@ class TimingSession:
             "baseline_errors": self.baseline_errors,
             "clocks_before": self.clocks_before,
             "clocks_after": _read_clocks(),
-            "persisting_l2_reset": bool(self.l2_reset) and all(self.l2_reset),
+            "persisting_l2_reset": bool(self.l2_reset)
+            and all(r["reset"] == 0 for r in self.l2_reset),
+            "persisting_l2_calls": self.l2_reset[:1],
         }
 
     def _baseline_call(self, shape_id: str, name: str) -> Any:

@@ -34,7 +34,8 @@ def test_gpu_honest_kernel_owns_its_device_time(
     assert result.engagement is not None and result.engagement.method == "profiler"
     assert result.engagement.own_kernels == ["_rms_norm_row_kernel"]
     assert result.fallback_ratio is not None and result.fallback_ratio < 0.1
-    assert result.manifest.sandbox.get("persisting_l2_reset") is True
+    sandbox = result.manifest.sandbox
+    assert sandbox.get("persisting_l2_reset") is True, sandbox.get("persisting_l2_calls")
     assert not {"host_gap", "host_clock_below_device"} & set(result.shapes[0].flags)
     assert any(n.startswith("cold re-check") and "reproduced" in n for n in result.notes)
 
