@@ -23,7 +23,6 @@ this repository); ``aka.spec`` itself never does.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -33,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from aka.bench.problem_runtime import load_module
+
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "configs" / "suites" / "atrex30"
 UPSTREAM = SUITE / "upstream"
@@ -40,14 +41,7 @@ HEADER = "# Derived by scripts/build_atrex30.py from upstream/ and reference.py:
 
 
 def _reference(op: str) -> types.ModuleType:
-    name = f"_atrex30_build_{op}"
-    spec = importlib.util.spec_from_file_location(name, SUITE / op / "reference.py")
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {op}/reference.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(f"_atrex30_build_{op}", SUITE / op / "reference.py")
 
 
 def _in_place(module: types.ModuleType) -> list[str]:

@@ -24,7 +24,6 @@ import re
 import sys
 import sysconfig
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ __all__ = [
     "CandidateGuard",
     "StorageSpan",
     "Trace",
+    "fingerprint",
     "output_problems",
     "overlapping",
     "spans_of",
@@ -178,7 +178,8 @@ def _op_name(func: Any) -> str:
     return name.split(".")[0]
 
 
-def _fingerprint(obj: Any) -> str:
+def fingerprint(obj: Any) -> str:
+    """Identity of a function or object: replacing it (or its code) changes the value."""
     obj = getattr(obj, "__func__", obj)  # a bound method is a new object on every access
     code = getattr(obj, "__code__", None)
     return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
@@ -381,7 +382,7 @@ class CandidateGuard:
         watched = {p: _resolve(p) for p in _WATCHED}
         model = getattr(self.reference, "Model", None)
         watched["reference.Model.forward"] = getattr(model, "forward", None)
-        return {k: _fingerprint(v) for k, v in watched.items() if v is not None}
+        return {k: fingerprint(v) for k, v in watched.items() if v is not None}
 
     def tampering(self) -> list[str]:
         """What the candidate changed or started since ``install`` (empty when nothing)."""
@@ -444,7 +445,7 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
             names).
 
     Returns:
-        ``own_us``, ``library_us`` and the top library kernels by time.
+        ``own_us``, ``library_us``, ``glue_us`` (fills, memsets) and the top library kernels.
     """
     import torch
     from torch._C._autograd import DeviceType
@@ -479,5 +480,4 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
         "library_us": library,
         "glue_us": glue,
         "library_kernels": top,
-        "at": time.time(),
     }

@@ -18,8 +18,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from aka.bench.guards import CandidateGuard, Trace, output_problems, overlapping, spans_of
-from aka.bench.problem_runtime import BadStructure, ProblemRuntime, load_module
+from aka.bench.guards import (
+    CandidateGuard,
+    Trace,
+    output_problems,
+    overlapping,
+    profile_device_time,
+    spans_of,
+)
+from aka.bench.problem_runtime import ProblemRuntime, clone_inputs, load_module
 from aka.bench.worker import (
     CallFacts,
     EventLog,
@@ -44,11 +51,17 @@ def _check_tamper(guard: CandidateGuard, when: str) -> None:
         raise WorkerFailure("tampered", f"{when}: the candidate {'; '.join(found)}", "guard")
 
 
-def _model_pair(rt: ProblemRuntime, cls: type, shape: dict[str, Any], seed: int) -> tuple[Any, Any]:
-    """The candidate model with the reference's weights where they match, and the reference."""
+def _model_pair(
+    rt: ProblemRuntime, cls: type, shape: dict[str, Any], seed: int
+) -> tuple[Any, Any, str]:
+    """Build the candidate and reference models; load the reference's weights where they match.
+
+    Returns:
+        The candidate model, the reference model and the weights mode (loaded, seeded or none).
+    """
     model = rt.build_model(cls, shape, seed)
     reference = rt.build_model(rt.reference.Model, shape, seed)
-    return model, reference
+    return model, reference, _load_weights(model, reference)
 
 
 def _weights(*models: Any) -> list[Any]:
@@ -59,8 +72,8 @@ def _weights(*models: Any) -> list[Any]:
     return tensors
 
 
-def _facts_problems(call: CallFacts, in_place: list[str], owned: list[Any]) -> list[str]:
-    """Aliasing: outputs sharing memory with inputs (other than in_place ones) or weights."""
+def _aliased(call: CallFacts, in_place: list[str], owned: list[Any]) -> list[str]:
+    """Outputs sharing memory with inputs (other than in_place ones) or weights."""
     inputs = {k: v for k, v in call.inputs.items() if k not in in_place}
     against = spans_of(inputs.values()) + spans_of(owned)
     return overlapping(call.tensors, against)
@@ -107,8 +120,7 @@ def run_candidate(
             stage = "compile" if (i == 0 and seed == task["seeds"][0]) else "correctness"
             traced = seed == task["seeds"][0]
             try:
-                model, reference = _model_pair(rt, cls, shape, seed)
-                weights_mode = _load_weights(model, reference)
+                model, reference, weights_mode = _model_pair(rt, cls, shape, seed)
                 trace = Trace() if traced else None
                 call = _run_one(
                     model,
@@ -136,7 +148,7 @@ def run_candidate(
                         trace.launch_spans,
                     ),
                 }
-            aliased_all.update(_facts_problems(call, in_place, _weights(model, reference)))
+            aliased_all.update(_aliased(call, in_place, _weights(model, reference)))
             name = f"cand_{i}_{seed}.pt"
             _save(workdir / name, call.structure, call.tensors, call.inplace)
             row["files"][str(seed)] = name
@@ -189,10 +201,9 @@ def _probe(
         out["files"][key] = {"file": name, "seed": seed}
 
     try:
-        model, reference = _model_pair(rt, cls, shape, s0)
-        _load_weights(model, reference)
+        model, _, _ = _model_pair(rt, cls, shape, s0)
         args, kwargs = rt.make_inputs(shape, s0)
-        pristine = _clones(args, kwargs)
+        pristine = clone_inputs(args, kwargs)
         first = _run_one(model, rt, shape, s0, in_place, poison, inputs=(args, kwargs))
         save("first", first, s0)
         _restore(args, kwargs, pristine)
@@ -200,8 +211,7 @@ def _probe(
         save("again", again, s0)
         new_args, new_kwargs = rt.make_inputs(shape, s1)
         _restore(args, kwargs, (new_args, new_kwargs))
-        model1, reference1 = _model_pair(rt, cls, shape, s1)
-        _load_weights(model1, reference1)
+        model1, _, _ = _model_pair(rt, cls, shape, s1)
         moved = _run_one(model1, rt, shape, s1, in_place, poison, inputs=(args, kwargs))
         save("moved", moved, s1)
         if rt.device.startswith("cuda"):
@@ -215,10 +225,9 @@ def _probe(
         # during the ghost call: no freed block the allocator might hand the ghost's outputs
         # holds this answer.
         fresh = s0 + _GHOST_SEED_OFFSET
-        model, reference = _model_pair(rt, cls, shape, s0)
-        _load_weights(model, reference)
+        model, _, _ = _model_pair(rt, cls, shape, s0)
         args, kwargs = rt.make_inputs(shape, fresh)
-        pristine = _clones(args, kwargs)
+        pristine = clone_inputs(args, kwargs)
         real = _run_one(model, rt, shape, fresh, in_place, poison, inputs=(args, kwargs))
         _restore(args, kwargs, pristine)
         with guard.ghosted():
@@ -229,15 +238,6 @@ def _probe(
     except BaseException as err:  # noqa: BLE001 - a ghost call may fail: the kernels mattered
         out["errors"]["ghost"] = f"{type(err).__name__}: {err}"
     return out
-
-
-def _clones(args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    import torch
-
-    return (
-        [a.clone() if torch.is_tensor(a) else a for a in args],
-        {k: v.clone() if torch.is_tensor(v) else v for k, v in kwargs.items()},
-    )
 
 
 def _restore(
@@ -266,8 +266,6 @@ def _profile(
 ) -> dict[str, Any]:
     import torch
 
-    from aka.bench.guards import profile_device_time
-
     args, kwargs = rt.make_inputs(shape, seed)
     own = set((trace or {}).get("kernels", [])) | guard.cuda_kernel_names
 
@@ -279,8 +277,6 @@ def _profile(
     torch.cuda.synchronize()
     try:
         return profile_device_time(call, own) | {"own_names": sorted(own)}
-    except BadStructure:
-        raise
     except Exception as err:  # noqa: BLE001 - the profiler failing is reported, not fatal
         return {"error": f"{type(err).__name__}: {err}"}
 

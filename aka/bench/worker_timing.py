@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
+from aka.bench.guards import fingerprint
 from aka.bench.problem_runtime import ProblemRuntime, flatten_outputs
 
 __all__ = ["TimingSession"]
@@ -23,12 +23,6 @@ __all__ = ["TimingSession"]
 _BASELINE_SEED = 1_000_003
 #: CUlimit CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuda.h).
 _CU_LIMIT_PERSISTING_L2 = 0x06
-
-
-def _identity(obj: Any) -> str:
-    obj = getattr(obj, "__func__", obj)  # a bound method is a new object on every attribute access
-    code = getattr(obj, "__code__", None)
-    return f"{id(obj)}:{id(code)}:{hash(code.co_code) if code is not None else ''}"
 
 
 def _reset_persisting_l2() -> dict[str, int]:
@@ -161,28 +155,19 @@ class TimingSession:
         self.fingerprints = self._fingerprint()
 
     def _fingerprint(self) -> dict[str, str]:
-        import torch
-
-        from aka.hardware import sample_windows
-
-        watched: dict[str, Any] = {
-            "torch.cuda.Event.record": torch.cuda.Event.record,
-            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
-            "torch.cuda.synchronize": torch.cuda.synchronize,
-            "time.perf_counter": time.perf_counter,
-            "sample_windows": sample_windows,
-            "reference.Model.forward": self.rt.reference.Model.forward,
-        }
+        # The timers, the harness's entry points and the reference's forward are the candidate
+        # guard's watch (aka.bench.guards, installed after this and before the import); this
+        # session watches what only it holds: the baseline models it built.
+        watched: dict[str, Any] = {}
         for sid, entry in self.baselines.items():
             for name in ("eager", "torch_compile"):
                 if name in entry:
                     watched[f"{sid}/{name}"] = entry[name]
                     watched[f"{sid}/{name}.forward"] = getattr(entry[name], "forward", None)
-        return {k: _identity(v) for k, v in watched.items()}
+        return {k: fingerprint(v) for k, v in watched.items()}
 
     def check_fingerprints(self, when: str) -> None:
-        """Raise ``tampered`` if any watched baseline or timer object changed."""
+        """Raise ``tampered`` if a baseline model (or its forward) was replaced."""
         from aka.bench.worker import WorkerFailure
 
         now = self._fingerprint()

@@ -12,7 +12,6 @@ match within the scorer's tolerance.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from aka.bench import compare_outputs
-from aka.bench.problem_runtime import flatten_outputs
+from aka.bench.problem_runtime import flatten_outputs, load_module
 from aka.spec.vocab import OpFamily
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,14 +33,7 @@ OPS = sorted(p.parent.name for p in SUITE.glob("*/reference.py"))
 
 def _module(op: str) -> types.ModuleType:
     name = f"_atrex30_{op}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SUITE / op / "reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return sys.modules.get(name) or load_module(name, SUITE / op / "reference.py")
 
 
 def _upstream(op: str) -> tuple[dict[str, Any], dict[str, Any]]:
