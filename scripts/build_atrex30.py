@@ -10,7 +10,9 @@ Inputs:
   the shared data (``../shared/external/atrex_bench``).
 - ``configs/suites/atrex30/<op>/reference.py`` — written here: ``Model``, ``_make_inputs``,
   ``OP_FAMILY``, ``SMOKE`` cases, ``FP8_SCALES`` and, for "prefill/decode" operators,
-  ``phase_of`` (the one written rule giving each shape a phase).
+  ``phase_of`` (the one written rule giving each shape a phase); optional hand-written
+  ``roofline.yaml`` (roofline overrides with reasons), ``library.py`` (the library baseline) and
+  ``holdout.yaml`` (rules for generated holdout shapes), inlined into / named by ``op.yaml``.
 
 Outputs (derived; never edit by hand): ``suite.yaml`` (operators, importance weights normalised to
 sum to 1, phases, shape counts, the source commit) and per operator ``op.yaml`` + ``shapes.yaml``
@@ -61,6 +63,27 @@ def _phase(module: types.ModuleType, meta_phase: str, input_kwargs: dict[str, An
     if meta_phase in ("prefill", "decode"):
         return meta_phase
     return str(module.phase_of(**input_kwargs))
+
+
+def _hand_written(op: str) -> dict[str, Any]:
+    """op.yaml fields kept in their own hand-written files next to the reference.
+
+    ``roofline.yaml`` (a list of roofline overrides, each with its reason) becomes ``roofline``;
+    ``library.py`` (the best library path PyTorch has for the operator) becomes ``library`` and
+    adds the ``library`` baseline; ``holdout.yaml`` (the rules of generated holdout shapes, see
+    docs/suites.md) becomes ``holdout``.
+    """
+    fields: dict[str, Any] = {}
+    roofline = SUITE / op / "roofline.yaml"
+    if roofline.is_file():
+        fields["roofline"] = yaml.safe_load(roofline.read_text())
+    if (SUITE / op / "library.py").is_file():
+        fields["library"] = {"path": "library.py"}
+        fields["baselines"] = ["eager", "torch_compile", "library"]
+    holdout = SUITE / op / "holdout.yaml"
+    if holdout.is_file():
+        fields["holdout"] = yaml.safe_load(holdout.read_text())
+    return fields
 
 
 def _dump(data: Any) -> str:
@@ -120,6 +143,7 @@ def render() -> dict[Path, str]:
             spec["in_place"] = in_place
         if getattr(module, "FP8_SCALES", None):
             spec["fp8_scales"] = dict(module.FP8_SCALES)
+        spec |= _hand_written(op)
         files[SUITE / op / "op.yaml"] = _dump(spec)
         tune = [c for c in cases if c["split"] == "tune"]
         operators.append(

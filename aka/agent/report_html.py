@@ -1,14 +1,14 @@
 """``report.html``: the run report as one self-contained page, with inline SVG charts.
 
-Owns HTML escaping, tables and page layout, and the SVG charts of progress per round (best SOL
-and speedup on a GPU; correct and incorrect candidates on the CPU interpreter). The page has
-inline CSS, no script and no external asset. Every text from the record is untrusted and escaped
-with ``html.escape``; the rows themselves come from ``report_data``.
+Owns tables and page layout, and the SVG charts of progress per round (best SOL and speedup on
+a GPU; correct and incorrect candidates on the CPU interpreter). The page has inline CSS, no
+script and no external asset. Every text from the record is untrusted and escaped with
+``html.escape`` (through ``aka.core.svg.escape``, which also supplies the generic SVG pieces:
+ticks, axes, the ``<svg>`` element); the rows themselves come from ``report_data``.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 
@@ -31,6 +31,17 @@ from aka.agent.report_data import (
     _shape_sections,
     _summary_rows,
 )
+from aka.core.svg import (
+    Box,
+    axis_lines,
+    linear_ticks,
+    svg_document,
+    x_label,
+    x_tick_labels,
+    y_grid,
+    y_label,
+)
+from aka.core.svg import escape as _e
 
 __all__ = ["render_html"]
 
@@ -38,8 +49,9 @@ __all__ = ["render_html"]
 # SVG charts
 # --------------------------------------------------------------------------------------------
 
-_W, _H = 640.0, 240.0
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64.0, 16.0, 18.0, 40.0
+_BOX = Box()
+_W, _H = _BOX.width, _BOX.height
+_LEFT, _RIGHT, _TOP, _BOTTOM = _BOX.left, _BOX.right, _BOX.top, _BOX.bottom
 
 
 @dataclass(frozen=True)
@@ -62,59 +74,18 @@ class _Frame:
         return (_W - _LEFT - _RIGHT) / (self.r1 - self.r0 + 1)
 
 
-def _ticks(top: float, *, integer: bool = False) -> list[float]:
-    """Return 0, step, 2*step, ... up to the first multiple of a round step at or above ``top``.
-
-    The step is 1, 2 or 5 times a power of ten, chosen so about four intervals cover ``top``.
-    """
-    top = max(top, 1e-9)
-    raw = top / 4
-    power = 10.0 ** math.floor(math.log10(raw))
-    step = next(f * power for f in (1.0, 2.0, 5.0, 10.0) if f * power >= raw - 1e-12)
-    if integer:
-        step = float(max(1, math.ceil(step)))
-    count = max(1, math.ceil(top / step - 1e-9))
-    return [step * i for i in range(count + 1)]
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
-
-
-def _svg_axes(frame: _Frame, ticks: list[float], fmt: str, y_label: str) -> list[str]:
-    parts: list[str] = []
-    x0, x1 = _LEFT, _W - _RIGHT
-    for t in ticks:
-        y = frame.y(t)
-        parts.append(
-            f'<line class="grid" x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" '
-            'stroke="#e3e3e3"/>'
-        )
-        parts.append(
-            f'<text x="{x0 - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt.format(t))}</text>'
-        )
-    base = frame.y(0)
-    parts.append(
-        f'<line x1="{x0:.1f}" y1="{base:.1f}" x2="{x1:.1f}" y2="{base:.1f}" stroke="#555"/>'
-    )
-    parts.append(
-        f'<line x1="{x0:.1f}" y1="{_TOP:.1f}" x2="{x0:.1f}" y2="{base:.1f}" stroke="#555"/>'
-    )
+def _svg_axes(frame: _Frame, ticks: list[float], fmt: str, y_title: str) -> list[str]:
+    """Grid and y labels, both axes, every round (thinned to about 12) on x, and the titles."""
     count = frame.r1 - frame.r0 + 1
     every = max(1, math.ceil(count / 12))
-    for r in range(frame.r0, frame.r1 + 1):
-        if (r - frame.r0) % every == 0:
-            parts.append(
-                f'<text x="{frame.x(r):.1f}" y="{base + 16:.1f}" text-anchor="middle">{r}</text>'
-            )
-    parts.append(
-        f'<text x="{(x0 + x1) / 2:.1f}" y="{_H - 6:.1f}" text-anchor="middle">round</text>'
-    )
-    parts.append(
-        f'<text x="12" y="{(_TOP + base) / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 12 {(_TOP + base) / 2:.1f})">{_e(y_label)}</text>'
-    )
-    return parts
+    rounds = [float(r) for r in range(frame.r0, frame.r1 + 1) if (r - frame.r0) % every == 0]
+    return [
+        *y_grid(_BOX, ticks, frame.y, fmt),
+        *axis_lines(_BOX),
+        *x_tick_labels(_BOX, rounds, frame.x, "{:.0f}"),
+        x_label(_BOX, "round"),
+        y_label(_BOX, y_title),
+    ]
 
 
 def _svg_dropouts(frame: _Frame, rounds: list[int]) -> list[str]:
@@ -135,11 +106,7 @@ def _svg_dropouts(frame: _Frame, rounds: list[int]) -> list[str]:
 
 
 def _svg(title: str, body: list[str]) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W:.0f} {_H:.0f}" '
-        f'width="{_W:.0f}" height="{_H:.0f}" role="img" font-size="11" '
-        f'font-family="system-ui, sans-serif"><title>{_e(title)}</title>' + "".join(body) + "</svg>"
-    )
+    return svg_document(title, body, _BOX)
 
 
 def _line_chart(
@@ -195,7 +162,7 @@ def _line_chart(
 def _bar_chart(title: str, counts: dict[int, tuple[int, int]], dropouts: list[int]) -> str:
     """Stacked bars per round: correct (green, bottom) and incorrect (red, top) candidates."""
     rounds = sorted(counts)
-    ticks = _ticks(max(ok + bad for ok, bad in counts.values()), integer=True)
+    ticks = linear_ticks(max(ok + bad for ok, bad in counts.values()), integer=True)
     frame = _Frame(min(rounds + dropouts), max(rounds + dropouts), ticks[-1])
     body = _svg_axes(frame, ticks, "{:.0f}", "candidates")
     width = min(frame.step * 0.6, 40.0)
@@ -260,7 +227,7 @@ def _speedup_figure(points: list[RoundPoint], promotions: set[int], dropouts: li
         + _line_chart(
             "Speedup vs eager per round",
             speedups,
-            ticks=_ticks(max(max(present), 1.0) * 1.05),
+            ticks=linear_ticks(max(max(present), 1.0) * 1.05),
             tick_fmt="{:g}×",
             fmt="{:.2f}×",
             y_label="speedup vs eager",

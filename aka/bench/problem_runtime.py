@@ -107,6 +107,7 @@ class ProblemRuntime:
     reference: types.ModuleType
     inputs_module: types.ModuleType
     device: str
+    library: types.ModuleType | None = None
 
     @classmethod
     def load(cls, problem: dict[str, Any], workdir: Path, device: str) -> ProblemRuntime:
@@ -119,7 +120,19 @@ class ProblemRuntime:
             inputs_path = workdir / "_aka_inputs.py"
             inputs_path.write_text(problem["inputs_code"])
             inputs_module = load_module("_aka_inputs", inputs_path)
-        return cls(problem=problem, reference=reference, inputs_module=inputs_module, device=device)
+        library = None
+        if problem.get("library_code"):
+            # Trusted problem code, imported with the reference: before any candidate.
+            library_path = workdir / "_aka_library.py"
+            library_path.write_text(problem["library_code"])
+            library = load_module("_aka_library", library_path)
+        return cls(
+            problem=problem,
+            reference=reference,
+            inputs_module=inputs_module,
+            device=device,
+            library=library,
+        )
 
     @property
     def kernelbench(self) -> bool:

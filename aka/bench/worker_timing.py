@@ -21,6 +21,8 @@ from aka.bench.problem_runtime import ProblemRuntime, flatten_outputs
 __all__ = ["TimingSession"]
 
 _BASELINE_SEED = 1_000_003
+#: The baselines a timing session can build, in the order they are timed.
+BASELINES = ("eager", "torch_compile", "library")
 #: CUlimit CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuda.h).
 _CU_LIMIT_PERSISTING_L2 = 0x06
 
@@ -146,6 +148,8 @@ class TimingSession:
                     self.baseline_errors[f"{shape['id']}/torch_compile"] = (
                         f"{type(err).__name__}: {err}"
                     )
+            if "library" in self.cfg["baselines"] and self.rt.library is not None:
+                self._build_library(shape, eager, sets, entry)
             self.baselines[shape["id"]] = entry
         torch.cuda.synchronize()
         self.launch_floor = self._sample(lambda i: self.empty(i))
@@ -154,13 +158,31 @@ class TimingSession:
         self.empty_unflushed = self._sample(lambda i: self.empty(i), flush=False)
         self.fingerprints = self._fingerprint()
 
+    def _build_library(
+        self, shape: dict[str, Any], eager: Any, sets: list[Any], entry: dict[str, Any]
+    ) -> None:
+        """Build the library baseline with the reference's weights and run it once."""
+        import torch
+
+        from aka.bench.worker import _load_weights
+
+        try:
+            assert self.rt.library is not None
+            library = self.rt.build_model(self.rt.library.Model, shape, self.task["seeds"][0])
+            _load_weights(library, eager)
+            with torch.no_grad():
+                library(*sets[0][0], **sets[0][1])
+            entry["library"] = library
+        except Exception as err:  # noqa: BLE001 - a baseline failing is recorded, not fatal
+            self.baseline_errors[f"{shape['id']}/library"] = f"{type(err).__name__}: {err}"
+
     def _fingerprint(self) -> dict[str, str]:
         # The timers, the harness's entry points and the reference's forward are the candidate
         # guard's watch (aka.bench.guards, installed after this and before the import); this
         # session watches what only it holds: the baseline models it built.
         watched: dict[str, Any] = {}
         for sid, entry in self.baselines.items():
-            for name in ("eager", "torch_compile"):
+            for name in BASELINES:
                 if name in entry:
                     watched[f"{sid}/{name}"] = entry[name]
                     watched[f"{sid}/{name}.forward"] = getattr(entry[name], "forward", None)
@@ -203,7 +225,7 @@ class TimingSession:
                 cand = self._sample(call)
                 base = {
                     name: self._sample(self._baseline_call(shape["id"], name))
-                    for name in ("eager", "torch_compile")
+                    for name in BASELINES
                     if name in self.baselines[shape["id"]]
                 }
             files = {}

@@ -144,6 +144,17 @@ class BenchConfig(_Section):
     cold_max_slowdown: float = Field(
         default=1.25, gt=1.0, description="Cold median / first median above this: not_reproduced."
     )
+    holdout_seed: int | None = Field(
+        default=None,
+        description="Seed of the generated holdout shapes; keep it private (a user setting, never "
+        "in a repository). None: a random seed made once and kept in the cache dir.",
+    )
+    holdout_shapes: int = Field(
+        default=8, ge=6, description="Generated holdout shapes per operator (six categories)."
+    )
+    holdout_memory_cap_gb: float = Field(
+        default=16.0, gt=0, description="Largest inputs + outputs of a generated holdout shape."
+    )
 
     @model_validator(mode="after")
     def _samples_ordered(self) -> BenchConfig:

@@ -2,6 +2,14 @@
 
 from aka.spec.expr import evaluate_quantity
 from aka.spec.frontmatter import kernel_header, split_front_matter
+from aka.spec.holdout import (
+    CATEGORIES,
+    HoldoutSpec,
+    generate_holdout,
+    holdout_seed,
+    holdout_violations,
+    with_holdout,
+)
 from aka.spec.kernel_meta import KernelMeta, KernelSource, MeasuredEntry
 from aka.spec.loader import detect_format, load_problem, parse_op_yaml_text
 from aka.spec.problem import (
@@ -16,7 +24,10 @@ from aka.spec.problem import (
 )
 from aka.spec.pysource import Signature, SourceFacts, read_source_facts
 from aka.spec.schema import op_yaml_json_schema
-from aka.spec.suite import SuiteOperator, SuiteSpec, builtin_suites, load_suite
+from aka.spec.suite import SuiteOperator, SuiteSpec, UncoveredOp, builtin_suites, load_suite
+from aka.spec.trace import OpCall, OpWork, TraceProfile, dump_key_averages, read_trace
+from aka.spec.trace_map import MappedShape, map_call
+from aka.spec.trace_suite import ImportedOperator, TraceImportResult, import_trace
 from aka.spec.vocab import (
     Arch,
     ComputeUnit,
@@ -31,15 +42,21 @@ from aka.spec.vocab import (
 
 __all__ = [
     "Arch",
+    "CATEGORIES",
     "CodeRef",
     "ComputeUnit",
     "DType",
     "Dsl",
     "DtypePolicySpec",
+    "HoldoutSpec",
+    "ImportedOperator",
     "KernelMeta",
     "KernelSource",
+    "MappedShape",
     "MeasuredEntry",
+    "OpCall",
     "OpFamily",
+    "OpWork",
     "OpYamlSpec",
     "Phase",
     "ProblemFormat",
@@ -53,15 +70,26 @@ __all__ = [
     "SuiteOperator",
     "SuiteSpec",
     "ToleranceSpec",
+    "TraceImportResult",
+    "TraceProfile",
+    "UncoveredOp",
     "Vendor",
     "builtin_suites",
     "detect_format",
+    "dump_key_averages",
     "evaluate_quantity",
+    "generate_holdout",
+    "holdout_seed",
+    "holdout_violations",
+    "import_trace",
     "kernel_header",
     "load_problem",
     "load_suite",
+    "map_call",
     "op_yaml_json_schema",
     "parse_op_yaml_text",
     "read_source_facts",
+    "read_trace",
     "split_front_matter",
+    "with_holdout",
 ]

@@ -1,6 +1,9 @@
 """Safe arithmetic over a shape's kwargs, for roofline overrides (``"2 * tokens * hidden"``).
 
-Parses with ``ast`` and walks a whitelist of nodes; never calls ``eval``.
+Parses with ``ast`` and walks a whitelist of nodes; never calls ``eval``. List-valued kwargs
+(``shape: [rows, cols]``, ``seq_lens: [..]``) are read by index (``shape[-1]``) or whole, as the one
+argument of ``sum``, ``prod``, ``len``, ``min`` or ``max``, which also take one generator over a
+list kwarg (``sum(s * s for s in seq_lens)``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ _FUNCS: dict[str, Callable[..., float]] = {
     "log2": math.log2,
     "sqrt": math.sqrt,
 }
+#: Functions that also take one list-valued kwarg as their only argument: ``sum(seq_lens)``.
+_LIST_FUNCS: dict[str, Callable[[list[float]], float]] = {
+    "sum": sum,
+    "prod": math.prod,
+    "len": len,
+    "min": min,
+    "max": max,
+}
 #: (fewest, most) arguments of each function; None: no upper bound.
 _ARITY: dict[str, tuple[int, int | None]] = {
     "ceil": (1, 1),
@@ -46,7 +57,10 @@ def evaluate_quantity(value: float | int | str, names: Mapping[str, object]) -> 
     Args:
         value: A number, or an expression of numbers, names, + - * / // % **, and the functions
             ceil, floor, min, max, log2, sqrt.
-        names: Values for the names (a shape's init and input kwargs).
+        names: Values for the names (a shape's init and input kwargs). A list-valued name is
+            read by an integer index (``shape[0]``, ``shape[-1]``) or as the only argument of
+            sum, prod, len, min or max, which also take ``expr for v in name`` (one loop over
+            a list kwarg, no ``if``).
 
     Returns:
         The value as a float.
@@ -99,6 +113,27 @@ def _walk(node: ast.AST, names: Mapping[str, object], text: str) -> float:
         return result
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_walk(node.operand, names, text)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return _item(node, node.value.id, names, text)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _LIST_FUNCS
+        and not node.keywords
+        and len(node.args) == 1
+        and (
+            isinstance(node.args[0], ast.GeneratorExp)
+            or (isinstance(node.args[0], ast.Name) and isinstance(names.get(node.args[0].id), list))
+        )
+    ):
+        arg = node.args[0]
+        if isinstance(arg, ast.GeneratorExp):
+            values = _generated(arg, names, text)
+        else:
+            values = _numbers(arg.id, names, text)
+        if not values and node.func.id in ("min", "max"):
+            raise ValueError(f"{ast.unparse(node)!r} in {text!r}: the list is empty")
+        return float(_LIST_FUNCS[node.func.id](values))
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -119,6 +154,68 @@ def _walk(node: ast.AST, names: Mapping[str, object], text: str) -> float:
         f"{ast.unparse(node)!r} is not allowed in expression {text!r}; use numbers, the shape's "
         f"kwargs, + - * / // % ** and {', '.join(_FUNCS)}"
     )
+
+
+def _numbers(name: str, names: Mapping[str, object], text: str) -> list[float]:
+    """The elements of list-valued ``name``, each a number."""
+    found = names[name]
+    if not isinstance(found, list) or any(
+        isinstance(v, bool) or not isinstance(v, int | float) for v in found
+    ):
+        raise ValueError(f"name {name!r} in {text!r} is {found!r:.60}, not a list of numbers")
+    return [float(v) for v in found]
+
+
+def _generated(node: ast.GeneratorExp, names: Mapping[str, object], text: str) -> list[float]:
+    """``expr for v in name``: ``expr`` evaluated with ``v`` bound to each element of a list kwarg.
+
+    One ``for`` over a list-valued kwarg, no ``if``; the loop name must not shadow a kwarg.
+    """
+    if len(node.generators) != 1:
+        raise ValueError(f"{ast.unparse(node)!r} in {text!r}: use exactly one 'for' clause")
+    loop = node.generators[0]
+    if loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name):
+        raise ValueError(
+            f"{ast.unparse(node)!r} is not allowed in expression {text!r}; write "
+            "'expr for v in list_kwarg' with one plain loop name and no 'if'"
+        )
+    if not isinstance(loop.iter, ast.Name) or loop.iter.id not in names:
+        raise ValueError(
+            f"{ast.unparse(loop.iter)!r} in {text!r}: loop over one of the shape's list kwargs "
+            f"{sorted(k for k, v in names.items() if isinstance(v, list))}"
+        )
+    var = loop.target.id
+    if var in names:
+        raise ValueError(f"loop name {var!r} in {text!r} hides the shape's kwarg; rename it")
+    return [
+        _walk(node.elt, {**names, var: value}, text)
+        for value in _numbers(loop.iter.id, names, text)
+    ]
+
+
+def _item(node: ast.Subscript, name: str, names: Mapping[str, object], text: str) -> float:
+    """``name[i]`` with a constant integer ``i`` (negative counts from the end)."""
+    index_node, negative = node.slice, False
+    if isinstance(index_node, ast.UnaryOp) and isinstance(index_node.op, ast.USub):
+        index_node, negative = index_node.operand, True
+    if not (
+        isinstance(index_node, ast.Constant)
+        and isinstance(index_node.value, int)
+        and not isinstance(index_node.value, bool)
+    ):
+        raise ValueError(
+            f"{ast.unparse(node)!r} is not allowed in expression {text!r}; index a list kwarg "
+            "with a constant integer, e.g. shape[0] or shape[-1]"
+        )
+    if name not in names:
+        raise ValueError(
+            f"unknown name {name!r} in {text!r}; use one of the shape's kwargs {sorted(names)}"
+        )
+    values = _numbers(name, names, text)
+    index = -index_node.value if negative else index_node.value
+    if not -len(values) <= index < len(values):
+        raise ValueError(f"{ast.unparse(node)!r} in {text!r}: {name} has {len(values)} elements")
+    return values[index]
 
 
 def _arity_text(arity: tuple[int, int | None]) -> str:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from aka.core.errors import SpecError
 from aka.spec.expr import evaluate_quantity
+from aka.spec.holdout import holdout_rule_errors
 from aka.spec.problem import OpYamlSpec, ProblemSpec, ShapeCase
 from aka.spec.pysource import Signature, SourceFacts, read_source_facts
 from aka.spec.vocab import Phase, ProblemFormat, Split
@@ -163,6 +164,11 @@ def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> Prob
         inputs_code, origins["inputs"] = _resolve_code(
             spec.inputs.path, spec.inputs.code, base_dir, source, "inputs"
         )
+    library_code = None
+    if spec.library is not None:
+        library_code, origins["library"] = _resolve_code(
+            spec.library.path, spec.library.code, base_dir, source, "library"
+        )
     if spec.shapes.cases is not None:
         shapes = list(spec.shapes.cases)
     else:
@@ -177,6 +183,7 @@ def parse_op_yaml_text(text: str, *, base_dir: Path | None, source: str) -> Prob
         description=spec.description,
         reference_code=reference_code,
         inputs_code=inputs_code,
+        library_code=library_code,
         input_fn="_make_inputs",
         shapes=shapes,
         **guards,
@@ -203,6 +210,7 @@ _GUARD_FIELDS = (
     "engagement_min",
     "in_place",
     "fp8_scales",
+    "holdout",
 )
 
 
@@ -405,6 +413,9 @@ def _check_kwargs_problem(
         errors += _check_kwargs("init_kwargs", shape, shape.init_kwargs, init_sig, "Model.__init__")
     forward = methods.get("forward")
     errors += _check_common(problem, forward)
+    errors += holdout_rule_errors(problem)
+    if problem.library_code is not None:
+        errors += _check_library(problem.library_code, origins["library"], source, forward)
     if not problem.shapes:
         errors.append("shapes: none given; add at least one case")
     if errors:
@@ -422,6 +433,20 @@ def _check_kwargs_problem(
             "init_params": list(init_sig.params),
         }
     )
+
+
+def _check_library(code: str, origin: _Origin, source: str, forward: Signature | None) -> list[str]:
+    """The library baseline must be a Model whose forward takes the reference's parameters."""
+    errors: list[str] = []
+    methods = _model_methods(_facts(code, origin), source, errors)
+    errors = [e.replace("reference:", "library:", 1) for e in errors]
+    mine = methods.get("forward")
+    if mine is not None and forward is not None and list(mine.params) != list(forward.params):
+        errors.append(
+            f"library: Model.forward takes {list(mine.params)}, the reference's takes "
+            f"{list(forward.params)}; give it the reference's parameters"
+        )
+    return errors
 
 
 def _check_common(problem: ProblemSpec, forward: Signature | None) -> list[str]:

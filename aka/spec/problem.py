@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from aka.spec.holdout import HoldoutSpec
 from aka.spec.vocab import ComputeUnit, Dsl, OpFamily, Phase, ProblemFormat, Split
 
 __all__ = [
@@ -33,7 +34,9 @@ Number = float | int
 #: (``"2 * tokens * hidden * 2"``), evaluated by ``aka.spec.expr`` without ``eval``.
 Quantity = Annotated[Number | str, Field(union_mode="left_to_right")]
 InputStyle = Literal["kwargs", "kernelbench"]
-Baseline = Literal["eager", "torch_compile"]
+#: ``library``: the problem's ``library`` module (the best path PyTorch has: SDPA, cuBLAS,
+#: ``torch._scaled_mm``, fused norms), timed and scored like the others.
+Baseline = Literal["eager", "torch_compile", "library"]
 _DEFAULT_BASELINES: tuple[Baseline, ...] = ("eager", "torch_compile")
 
 
@@ -136,6 +139,10 @@ class _GuardFields(_Strict):
         "fp8 outputs are compared after dequantisation. "
         "Default for a 2-tuple (fp8, fp32): {'0': '1'}.",
     )
+    holdout: HoldoutSpec | None = Field(
+        default=None,
+        description="Rules for generated holdout shapes (docs/suites.md, 'Holdout shapes').",
+    )
 
 
 class OpYamlSpec(_GuardFields):
@@ -150,6 +157,18 @@ class OpYamlSpec(_GuardFields):
         default=None, description="Defines _make_inputs; default: found in the reference."
     )
     shapes: ShapesRef
+    library: CodeRef | None = Field(
+        default=None,
+        description="A trusted baseline: class Model with the reference's signatures, computed "
+        "with the best library path PyTorch has (its docstring names it); timed as the "
+        "'library' baseline, checked against the reference first.",
+    )
+
+    @model_validator(mode="after")
+    def _library_given(self) -> OpYamlSpec:
+        if "library" in self.baselines and self.library is None:
+            raise ValueError("baselines lists 'library' but no 'library' module is given")
+        return self
 
 
 class ProblemSpec(_GuardFields):
@@ -162,6 +181,7 @@ class ProblemSpec(_GuardFields):
     description: str | None = None
     reference_code: str
     inputs_code: str | None = Field(default=None, description="None: inputs live in reference.")
+    library_code: str | None = Field(default=None, description="The 'library' baseline's module.")
     input_fn: str = Field(description="_make_inputs, make_inputs or get_inputs.")
     input_style: InputStyle = "kwargs"
     inputs_take_device: bool = False

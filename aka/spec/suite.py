@@ -18,7 +18,7 @@ from aka.core import SpecError
 from aka.spec.loader import load_problem
 from aka.spec.problem import ProblemSpec
 
-__all__ = ["SuiteOperator", "SuiteSpec", "builtin_suites", "load_suite"]
+__all__ = ["SuiteOperator", "SuiteSpec", "UncoveredOp", "builtin_suites", "load_suite"]
 
 #: Where the built-in suites live (next to the package in a checkout or an editable install).
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "configs" / "suites"
@@ -39,6 +39,17 @@ class SuiteOperator(BaseModel):
     smoke_shapes: int = Field(ge=0)
 
 
+class UncoveredOp(BaseModel):
+    """Work in the source profile of an imported suite that no operator of the suite covers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="The profiled op (or kernel) name.")
+    share: float = Field(ge=0, le=1, description="Its share of the profile's total time.")
+    calls: int = Field(ge=0, description="Calls of the op in the profile.")
+    reason: str = Field(description="Why it is not covered.")
+
+
 class SuiteSpec(BaseModel):
     """A loaded suite."""
 
@@ -49,6 +60,10 @@ class SuiteSpec(BaseModel):
     source: dict[str, Any] = Field(default_factory=dict)
     weights: str = Field(default="", description="How the weights were derived.")
     operators: list[SuiteOperator]
+    uncovered: list[UncoveredOp] = Field(
+        default_factory=list,
+        description="Profiled work outside the suite (suites written by `aka trace import`).",
+    )
     directory: Path = Field(exclude=True, description="The suite's directory.")
 
     def operator(self, name: str) -> SuiteOperator:
