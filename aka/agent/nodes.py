@@ -423,14 +423,14 @@ def node_finalize(rt: AgentRuntime, state: AgentState) -> dict[str, Any]:
     reason = state.get("stop_reason") or stop_reason_for(rt, state) or "done"
     update: dict[str, Any] = {"stop_reason": reason, "finished_at": now()}
     rt.event("finalize", f"stopping: {reason}", state, stop_reason=reason)
-    holdout = rt.holdout_ids()
+    problem, holdout = rt.holdout_problem()
     source = state.get("incumbent_source")
     notes = list(state.get("notes", []))
     if source and holdout:
         rt.event("finalize", f"scoring the incumbent on {len(holdout)} holdout shapes", state)
         start = time.monotonic()
         result = rt.scorer.evaluate(
-            rt.problem,
+            problem,
             source,
             shape_ids=holdout,
             progress=rt.progress,

@@ -107,11 +107,28 @@ class AgentRuntime:
         split = Split.SMOKE if self.scorer.cpu else Split.TUNE
         return [s.id for s in self.problem.shapes_in({split})]
 
-    def holdout_ids(self) -> list[str]:
-        """Shapes only the final scoring sees (none in the CPU interpreter)."""
+    def holdout_problem(self) -> tuple[ProblemSpec, list[str]]:
+        """The problem with its holdout shapes, and their ids, for the final scoring only.
+
+        Holdout shapes are the problem file's own ``holdout`` cases plus, when the problem has
+        ``holdout:`` rules, shapes generated from the user's private seed (``bench.holdout_seed``,
+        else the cache dir's). Nothing before finalize sees them: the agent optimizes on
+        ``tune_ids``. None in the CPU interpreter (nothing is timed there).
+        """
         if self.scorer.cpu:
-            return []
-        return [s.id for s in self.problem.shapes_in({Split.HOLDOUT})]
+            return self.problem, []
+        problem = self.problem
+        if problem.holdout is not None:
+            from aka.spec.holdout import holdout_seed, with_holdout
+
+            bench = self.settings.bench
+            problem = with_holdout(
+                problem,
+                holdout_seed(bench, self.settings.paths.cache_dir),
+                count=bench.holdout_shapes,
+                memory_cap_bytes=bench.holdout_memory_cap_gb * 2**30,
+            )
+        return problem, [s.id for s in problem.shapes_in({Split.HOLDOUT})]
 
     def event(self, stage: str, message: str, state: AgentState, **data: Any) -> None:
         """Emit one agent progress event."""

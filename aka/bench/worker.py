@@ -214,8 +214,8 @@ def run_reference(
     rows = []
     for i, shape in enumerate(task["shapes"]):
         ev.emit("reference", shape_id=shape["id"], done=i, total=len(task["shapes"]))
-        files, costs = {}, None
-        for seed in task["seeds"]:
+        files, costs, model = {}, None, None
+        for seed in [] if task.get("costs_only") else task["seeds"]:
             model = rt.build_model(rt.reference.Model, shape, seed)
             call = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
             path = workdir / f"ref_{i}_{seed}.pt"
@@ -236,7 +236,7 @@ def run_reference(
                 "costs": costs,
                 "reduction_len": max(lengths, default=0),
                 "weights": sorted(model.state_dict().keys())
-                if hasattr(model, "state_dict")
+                if model is not None and hasattr(model, "state_dict")
                 else [],
             }
         )
@@ -300,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         from aka.bench.paired import run_pair_worker
         from aka.bench.profile import run_profile_worker
         from aka.bench.signature import run_signature_worker
+        from aka.bench.worker_baselines import run_baselines
         from aka.bench.worker_candidate import run_candidate
 
         roles = {
@@ -308,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             "pair": run_pair_worker,
             "profile": run_profile_worker,
             "signature": run_signature_worker,
+            "baselines": run_baselines,
         }
         result = roles[task["role"]](task, rt, ev, workdir)
         if task.get("describe_device"):

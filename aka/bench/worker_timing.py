@@ -255,6 +255,31 @@ class TimingSession:
             "persisting_l2_calls": self.l2_reset[:1],
         }
 
+    def time_baselines(self) -> dict[str, Any]:
+        """Time every built baseline per shape (a run with no candidate: ``aka bench run``)."""
+        import torch
+
+        rows = []
+        for i, shape in enumerate(self.task["shapes"]):
+            self.ev.emit("timing", shape_id=shape["id"], done=i, total=len(self.task["shapes"]))
+            with torch.no_grad():
+                self.l2_reset.append(_reset_persisting_l2())
+                base = {
+                    name: self._sample(self._baseline_call(shape["id"], name))
+                    for name in BASELINES
+                    if name in self.baselines[shape["id"]]
+                }
+            rows.append({"shape_id": shape["id"], "baselines": base})
+        self.check_fingerprints("after timing")
+        return {
+            "launch_floor": self.launch_floor,
+            "empty_unflushed": self.empty_unflushed,
+            "shapes": rows,
+            "baseline_errors": self.baseline_errors,
+            "clocks_before": self.clocks_before,
+            "clocks_after": _read_clocks(),
+        }
+
     def _baseline_call(self, shape_id: str, name: str) -> Any:
         entry = self.baselines[shape_id]
         fn, sets = entry[name], entry["sets"]

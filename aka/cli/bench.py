@@ -181,3 +181,13 @@ def suite_show(
             str(splits.count("smoke")),
         )
     out_console.print(table)
+
+
+def _register_suite_commands() -> None:
+    from aka.cli import bench_suite
+
+    app.command("run")(bench_suite.run)
+    app.command("roofline")(bench_suite.roofline)
+
+
+_register_suite_commands()
