@@ -17,13 +17,14 @@ from aka.bench.engagement import EngagementOutcome, judge_engagement
 from aka.bench.result import Verdict
 
 if TYPE_CHECKING:
-    from aka.bench.pipeline import Scorer, _Reference, _Run
+    from aka.bench.pipeline import Scorer
+    from aka.bench.run_state import _Reference, _Run
 
 __all__ = ["judge_guards"]
 
 
 def _load(workdir: Path, probes: dict[str, Any], key: str) -> dict[str, Any] | None:
-    from aka.bench.pipeline import _load_tensors
+    from aka.bench.run_state import _load_tensors
 
     info = probes.get("files", {}).get(key)
     if info is None:

@@ -20,7 +20,8 @@ from aka.bench.timing import GAP_QUANTILE, judge_windows
 from aka.core import BenchError, ProgressCallback, ProgressEvent, emit
 
 if TYPE_CHECKING:
-    from aka.bench.pipeline import Scorer, _Reference, _Run
+    from aka.bench.pipeline import Scorer
+    from aka.bench.run_state import _Reference, _Run
     from aka.bench.sandbox import WorkerOutcome
     from aka.hardware import CostCounts, DeviceCeilings, DeviceInfo
     from aka.spec import ComputeUnit
@@ -145,7 +146,7 @@ def judge_performance(
     progress: ProgressCallback | None,
 ) -> EvalResult:
     """Fill each shape's times, baselines, T_sol and S from the worker's samples; score."""
-    from aka.bench.pipeline import _load_tensors
+    from aka.bench.run_state import _load_tensors
     from aka.hardware import CostCounts, DeviceInfo, apply_overrides, device_key, t_sol
 
     timing = (outcome.result or {}).get("timing")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +22,13 @@ from aka.bench.correctness import CheckOutcome, Tolerance, compare_outputs, tole
 from aka.bench.engagement import EngagementOutcome
 from aka.bench.guard_judge import judge_guards
 from aka.bench.result import Engagement, EvalResult, Failure, Manifest, ShapeResult, Verdict
+from aka.bench.run_state import (
+    _default_fp8_scales,
+    _load_tensors,
+    _output_bytes,
+    _Reference,
+    _Run,
+)
 from aka.bench.sandbox import WorkerOutcome, start_worker
 from aka.bench.score import confirm_suspicious
 from aka.bench.screen import screen_source
@@ -30,7 +38,6 @@ from aka.core import (
     BenchConfig,
     ProgressCallback,
     ProgressEvent,
-    SandboxError,
     SpecError,
     emit,
 )
@@ -56,34 +63,6 @@ def _now() -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass
-class _Reference:
-    """Reference outputs and facts for a set of shapes, held by the parent."""
-
-    outputs: dict[tuple[str, int], dict[str, Any]]
-    rows: dict[str, dict[str, Any]]
-    versions: dict[str, str]
-    device: dict[str, Any] | None
-
-
-@dataclass
-class _Run:
-    """Everything one evaluation accumulates on its way to an ``EvalResult``."""
-
-    problem: ProblemSpec
-    source: str
-    shapes: list[ShapeCase]
-    skipped: list[str]
-    mode: Literal["gpu", "cpu_interpreter"]
-    notes: list[str] = field(default_factory=list)
-    rows: dict[str, ShapeResult] = field(default_factory=dict)
-    sandbox: dict[str, Any] = field(default_factory=dict)
-    weights_mode: Any = None
-    device: dict[str, Any] | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    engagement: dict[str, EngagementOutcome] = field(default_factory=dict)
 
 
 class Scorer:
@@ -501,17 +480,8 @@ class Scorer:
         if key in self._references:
             return self._references[key]
         task = self._task("reference", problem, shapes) | {"count_costs": not self.cpu}
-        handle = self._start(task, {}, self.config.worker_timeout_s, progress, len(shapes))
-        try:
-            outcome = handle.finish()
-            result = outcome.result or {}
-            if not result.get("ok"):
-                err = result.get("error") or {}
-                raise BaselineError(
-                    f"the reference of '{problem.name}' failed ({self._exit_text(outcome)}): "
-                    f"{err.get('message', 'no result')}\n"
-                    f"{err.get('traceback', '') or outcome.log_tail[-1500:]}"
-                )
+        what = f"the reference of '{problem.name}'"
+        with self.trusted_worker(task, what, progress, len(shapes)) as (result, outcome):
             outputs = {}
             for row in result["shapes"]:
                 for seed, name in row["files"].items():
@@ -522,10 +492,37 @@ class Scorer:
                 versions=result.get("versions", {}),
                 device=result.get("device"),
             )
-        finally:
-            handle.cleanup()
         self._references[key] = ref
         return ref
+
+    @contextmanager
+    def trusted_worker(
+        self,
+        task: dict[str, Any],
+        what: str,
+        progress: ProgressCallback | None,
+        total: int,
+    ) -> Iterator[tuple[dict[str, Any], WorkerOutcome]]:
+        """Run a worker on trusted problem code only; yield its result and outcome, then clean up.
+
+        Raises:
+            BaselineError: The worker reports a failure (``what`` failed, with its traceback).
+            SandboxError: The worker could not be started.
+        """
+        handle = self._start(task, {}, self.config.worker_timeout_s, progress, total)
+        try:
+            outcome = handle.finish()
+            result = outcome.result or {}
+            if not result.get("ok"):
+                err = result.get("error") or {}
+                raise BaselineError(
+                    f"{what} failed ({self._exit_text(outcome)}): "
+                    f"{err.get('message', 'no result')}\n"
+                    f"{err.get('traceback', '') or outcome.log_tail[-1500:]}"
+                )
+            yield result, outcome
+        finally:
+            handle.cleanup()
 
     @staticmethod
     def _exit_text(outcome: WorkerOutcome) -> str:
@@ -770,30 +767,3 @@ def _engagement_summary(run: _Run) -> Engagement | None:
         own_kernels=kernels,
         library={k: round(v, 3) for k, v in worst.library.items()},
     )
-
-
-def _load_tensors(path: Path) -> dict[str, Any]:
-    import torch
-
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(data, dict) or not {"structure", "tensors"} <= set(data):
-        raise SandboxError(f"worker output {path.name} is malformed")
-    data.setdefault("extra", {})
-    return dict(data)
-
-
-def _output_bytes(ref: _Reference, shape_id: str, seed: int) -> int:
-    tensors = ref.outputs[(shape_id, seed)]["tensors"].values()
-    return int(sum(t.numel() * t.element_size() for t in tensors))
-
-
-def _default_fp8_scales(reference: dict[str, Any]) -> dict[str, str]:
-    """A 2-tuple (fp8 values, float scales) pairs up by default."""
-    keys, tensors = reference["structure"]["keys"], reference["tensors"]
-    if (
-        len(keys) == 2
-        and "float8" in str(tensors[keys[0]].dtype)
-        and tensors[keys[1]].is_floating_point()
-    ):
-        return {keys[0]: keys[1]}
-    return {}

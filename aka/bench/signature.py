@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aka.core import BaselineError, SpecError
+from aka.core import SpecError
 from aka.spec import ProblemSpec, ShapeCase, Split
 
 if TYPE_CHECKING:
@@ -273,17 +273,6 @@ def signature_from_worker(
     """
     shape = _pick_shape(scorer, problem, shape_id)
     task = scorer._task("signature", problem, [shape])
-    handle = scorer._start(task, {}, scorer.config.worker_timeout_s, None, 1)
-    try:
-        outcome = handle.finish()
-        result = outcome.result or {}
-        if not result.get("ok"):
-            err = result.get("error") or {}
-            raise BaselineError(
-                f"the reference of '{problem.name}' failed while describing shape '{shape.id}' "
-                f"({scorer._exit_text(outcome)}): {err.get('message', 'no result')}\n"
-                f"{err.get('traceback', '') or outcome.log_tail[-1500:]}"
-            )
+    what = f"the reference of '{problem.name}', describing shape '{shape.id}',"
+    with scorer.trusted_worker(task, what, None, 1) as (result, _):
         return InputSignature.model_validate(result["signature"])
-    finally:
-        handle.cleanup()

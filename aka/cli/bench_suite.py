@@ -163,7 +163,7 @@ def roofline(
 
     from aka.bench import Scorer
     from aka.bench.performance import scorer_ceilings
-    from aka.bench.suite_run import shape_rooflines
+    from aka.bench.suite_roofline import shape_rooflines
     from aka.cli.render import progress_bar
     from aka.core.console import err_console, out_console
     from aka.hardware import datasheet_ceilings, detect_device

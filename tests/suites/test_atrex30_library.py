@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from aka.bench import CheckOutcome, Scorer
-from aka.bench.pipeline import _Run
 from aka.bench.problem_runtime import (
     ProblemRuntime,
     clone_inputs,
     flatten_outputs,
     load_module,
 )
+from aka.bench.run_state import _Run
 from aka.bench.worker import _load_weights
 from aka.core.config import BenchConfig
 from aka.spec import ProblemSpec, load_suite
