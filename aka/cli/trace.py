@@ -38,8 +38,8 @@ def import_(
     """Map TRACE's operators to suite problems and write DIR/suite.yaml with weights and shapes."""
     from rich.table import Table
 
+    from aka.bench.trace_suite import import_trace
     from aka.core.console import out_console
-    from aka.spec import import_trace
 
     result = import_trace(trace, out, suite=suite, top=top, force=force)
     if as_json:

@@ -25,9 +25,6 @@ from aka.spec.problem import (
 from aka.spec.pysource import Signature, SourceFacts, read_source_facts
 from aka.spec.schema import op_yaml_json_schema
 from aka.spec.suite import SuiteOperator, SuiteSpec, UncoveredOp, builtin_suites, load_suite
-from aka.spec.trace import OpCall, OpWork, TraceProfile, dump_key_averages, read_trace
-from aka.spec.trace_map import MappedShape, map_call
-from aka.spec.trace_suite import ImportedOperator, TraceImportResult, import_trace
 from aka.spec.vocab import (
     Arch,
     ComputeUnit,
@@ -49,14 +46,10 @@ __all__ = [
     "Dsl",
     "DtypePolicySpec",
     "HoldoutSpec",
-    "ImportedOperator",
     "KernelMeta",
     "KernelSource",
-    "MappedShape",
     "MeasuredEntry",
-    "OpCall",
     "OpFamily",
-    "OpWork",
     "OpYamlSpec",
     "Phase",
     "ProblemFormat",
@@ -70,26 +63,20 @@ __all__ = [
     "SuiteOperator",
     "SuiteSpec",
     "ToleranceSpec",
-    "TraceImportResult",
-    "TraceProfile",
     "UncoveredOp",
     "Vendor",
     "builtin_suites",
     "detect_format",
-    "dump_key_averages",
     "evaluate_quantity",
     "generate_holdout",
     "holdout_seed",
     "holdout_violations",
-    "import_trace",
     "kernel_header",
     "load_problem",
     "load_suite",
-    "map_call",
     "op_yaml_json_schema",
     "parse_op_yaml_text",
     "read_source_facts",
-    "read_trace",
     "split_front_matter",
     "with_holdout",
 ]

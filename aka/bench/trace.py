@@ -57,7 +57,7 @@ _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _EXPECTED = (
     "expected a Chrome trace from torch.profiler's export_chrome_trace (an object with "
-    "'traceEvents') or key_averages JSON from aka.spec.dump_key_averages (rows with 'key')"
+    "'traceEvents') or key_averages JSON from aka.bench.trace.dump_key_averages (rows with 'key')"
 )
 #: Profiler type strings -> short dtype names; anything else is kept as the profiler wrote it.
 _DTYPES = {
@@ -466,7 +466,7 @@ def dump_key_averages(prof: Any, path: str | Path) -> Path:
     Returns:
         The path written.
     """
-    # No torch import here (aka.spec stays torch-free, STYLE D2): the profiler object brings it.
+    # No torch import here (reading a trace needs no torch): the profiler object brings it.
     torch_version = str(getattr(sys.modules.get("torch"), "__version__", "unknown"))
     detail: dict[tuple[str, str], tuple[list[str] | None, list[JsonValue] | None]] = {}
     for ev in prof.events():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from aka.spec.trace import OpCall
+from aka.bench.trace import OpCall
 from aka.spec.vocab import Phase
 
 __all__ = ["OP_MAP", "PHASE_RULES", "MappedShape", "OpMapping", "map_call"]

@@ -15,17 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+from aka.bench.trace import OpCall, read_trace
+from aka.bench.trace_map import OP_MAP, PHASE_RULES, map_call
+from aka.bench.trace_suite import import_trace
 from aka.cli import main
 from aka.core import SpecError
-from aka.spec import (
-    OpCall,
-    import_trace,
-    load_suite,
-    map_call,
-    parse_op_yaml_text,
-    read_trace,
-)
-from aka.spec.trace_map import OP_MAP, PHASE_RULES
+from aka.spec import load_suite, parse_op_yaml_text
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -52,7 +47,7 @@ def cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Profile the tiny program on the CPU; export a Chrome trace and key_averages JSON."""
     from torch.profiler import ProfilerActivity, profile
 
-    from aka.spec import dump_key_averages
+    from aka.bench.trace import dump_key_averages
 
     torch.manual_seed(0)
     bf16 = torch.bfloat16
@@ -487,7 +482,7 @@ def test_phase_rules_agree_with_the_builtin_shapes(problem: str) -> None:
 def test_cuda_trace_attributes_kernels_to_their_ops(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
-    from aka.spec import dump_key_averages
+    from aka.bench.trace import dump_key_averages
 
     bf16 = torch.bfloat16
     x = torch.randn(4096, 2048, device="cuda", dtype=bf16)

@@ -21,10 +21,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from aka.bench.trace import TraceProfile, read_trace
+from aka.bench.trace_map import OP_MAP, MappedShape, map_call
 from aka.core.errors import SpecError
 from aka.spec.suite import SuiteSpec, UncoveredOp, load_suite
-from aka.spec.trace import TraceProfile, read_trace
-from aka.spec.trace_map import OP_MAP, MappedShape, map_call
 from aka.spec.vocab import Phase, Split
 
 __all__ = ["ImportedOperator", "TraceImportResult", "import_trace"]
