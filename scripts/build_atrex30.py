@@ -9,7 +9,8 @@ Inputs:
   ``shapes.json`` + ``metadata.json``. ``--sync-upstream DIR`` refreshes it from a checkout of
   the shared data (``../shared/external/atrex_bench``).
 - ``configs/suites/atrex30/<op>/reference.py`` — written here: ``Model``, ``_make_inputs``,
-  ``OP_FAMILY``, ``SMOKE`` cases, ``FP8_SCALES`` and, for "prefill/decode" operators,
+  ``OP_FAMILY``, ``SMOKE`` cases, ``FP8_SCALES``, ``TOLERANCE`` (when the scorer's table does not
+  fit) and, for "prefill/decode" operators,
   ``phase_of`` (the one written rule giving each shape a phase); optional hand-written
   ``roofline.yaml`` (roofline overrides with reasons), ``library.py`` (the library baseline) and
   ``holdout.yaml`` (rules for generated holdout shapes), inlined into / named by ``op.yaml``.
@@ -143,6 +144,8 @@ def render() -> dict[Path, str]:
             spec["in_place"] = in_place
         if getattr(module, "FP8_SCALES", None):
             spec["fp8_scales"] = dict(module.FP8_SCALES)
+        if getattr(module, "TOLERANCE", None):
+            spec["tolerance"] = dict(module.TOLERANCE)
         spec |= _hand_written(op)
         files[SUITE / op / "op.yaml"] = _dump(spec)
         tune = [c for c in cases if c["split"] == "tune"]

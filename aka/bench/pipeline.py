@@ -637,6 +637,7 @@ class Scorer:
         return Tolerance(
             tol.atol if tol.atol is not None else base.atol,
             tol.rtol if tol.rtol is not None else base.rtol,
+            tol.atol_scale,
         )
 
     def _check_shape(

@@ -90,6 +90,11 @@ class ToleranceSpec(_Strict):
 
     atol: float | None = Field(default=None, ge=0, description="Absolute tolerance.")
     rtol: float | None = Field(default=None, ge=0, description="Relative (and norm) tolerance.")
+    atol_scale: Literal["absolute", "rms"] = Field(
+        default="absolute",
+        description="rms: atol is a share of the reference output's RMS (errors that scale with "
+        "the operands, as fp8 or tf32 tensor-core accumulation).",
+    )
     reason: str = Field(min_length=1, description="Why the default table does not fit.")
 
 

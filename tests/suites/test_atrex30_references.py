@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from aka.bench import compare_outputs
+from aka.bench.correctness import Tolerance
 from aka.bench.problem_runtime import flatten_outputs, load_module
 from aka.spec.vocab import OpFamily
 
@@ -99,8 +100,18 @@ def test_smoke_cases_run_and_reject_zero_or_constant_outputs(op: str) -> None:
             if t.is_floating_point():  # -inf is a legitimate value (masked logits); NaN never
                 assert not torch.isnan(t.float()).any(), f"{where}: output {key} holds NaN"
         for what, fake in _zero_and_constant(ref):
-            outcome = compare_outputs(fake, ref, fp8_scales=_fp8_scales(module), cpu=True)
+            outcome = compare_outputs(
+                fake, ref, fp8_scales=_fp8_scales(module), cpu=True, override=_tolerance(module)
+            )
             assert not outcome.ok, f"{where}: output with {what} passes the tolerance"
+
+
+def _tolerance(module: types.ModuleType) -> Tolerance | None:
+    """The operator's own tolerance (``TOLERANCE``), as the scorer builds it from op.yaml."""
+    spec = getattr(module, "TOLERANCE", None)
+    if spec is None:
+        return None
+    return Tolerance(spec["atol"], spec["rtol"], spec.get("atol_scale", "absolute"))
 
 
 def _fp8_scales(module: types.ModuleType) -> dict[str, str]:

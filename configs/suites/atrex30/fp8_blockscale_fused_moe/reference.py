@@ -14,8 +14,11 @@ metadata.json lists ``hidden_states`` as bf16, but upstream passes the fp8 activ
 Semantics: dequantise (fp8 upcast to fp32 times its block's scale), then for each token
 out[t] = sum_j topk_weights[t, j] * (SiLU(x_t w1g^T) * (x_t w1u^T)) w2^T with expert topk_ids[t, j],
 where the first I rows of w1 are the gate and the last I the up projection; all in fp32, the
-intermediate activation is not re-quantised (a candidate that re-quantises it to fp8 errs by a few
-percent and will miss bf16's 1% relative-L2 tolerance). Output: ``out`` (T, H) bf16 as metadata.json
+intermediate activation is not re-quantised. Serving kernels (vLLM, SGLang) do re-quantise it to
+fp8 per token and group of 128 columns before the down GEMM; that errs by a relative L2 of about
+2.3e-2 and up to 0.11 x the output's RMS per element (emulated at two shapes), so the tolerance
+(``TOLERANCE``) accepts it: atol = 0.25 x RMS, rtol = 5e-2 (also the whole-output relative L2
+bound), where bf16's table (1e-2) would reject the production algorithm. Output: ``out`` (T, H) bf16 as metadata.json
 says; upstream cast it to the activations' dtype, fp8 in practice, which would be an unscaled fp8
 output: bf16 is kept instead. Outputs are O(10) (unscaled N(0, 1) weights), far above bf16's
 atol, so an all-zero or constant output cannot pass. Phase rule: at most 64 tokens -> "decode"
@@ -30,6 +33,15 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448 on NVIDIA's e4m3fn (AMD's e4m3fnuz: 240)
 SCALE_MIN = 1e-10
 BLOCK = 128  # quantisation block: 1 x 128 for activations, 128 x 128 for weights
+#: Accepts the serving kernels' fp8 re-quantisation of the activation (see the module doc).
+TOLERANCE = {
+    "atol": 0.25,
+    "rtol": 5e-2,
+    "atol_scale": "rms",
+    "reason": "serving kernels re-quantise the SiLU activation to fp8 per 1 x 128 group before "
+    "the down GEMM: relative L2 2.3e-2, elementwise up to 0.11 x RMS (emulated); bf16's 1e-2 "
+    "would reject the production algorithm",
+}
 #: At most this many tokens is a decode step (one new token per sequence).
 DECODE_MAX_TOKENS = 64
 
