@@ -1,24 +1,25 @@
 """block_scaled_mm: an fp8 GEMM out = A B^T with per-token-group scales on A, per-block on B.
 
-Inputs: ``a`` (m, k) fp8 and ``b`` (n, k) fp8, quantised from N(0, 1) fp32 draws; ``a_scales``
-(m, ceil(k/group_k)) fp32, one scale per token and group of ``group_k`` columns; ``b_scales``
+Inputs: ``a`` (m, k) fp8 and ``b`` (n, k) fp8, quantised from N(0, 1) fp32 draws; ``a_scales`` (m,
+ceil(k/group_k)) fp32, one scale per token and group of ``group_k`` columns; ``b_scales``
 (ceil(n/group_n), ceil(k/group_k)) fp32, one scale per (group_n x group_k) block (128 x 128
-upstream). Each scale is max(absmax / 448, 1e-10) over its group, and the fp8 value is
-clamp(x / scale, -448, 448) rounded to fp8. fp8 here is NVIDIA's float8_e4m3fn (max 448); the
-original benchmark ran on AMD with float8_e4m3fnuz (max 240): the values and scales differ by that
-factor, the operation is the same. Semantics: out[i, j] = sum over k-blocks kb of
-(a[i, kb] . b[j, kb]) * a_scales[i, kb] * b_scales[j // group_n, kb]. Since a scale is constant
-over its block, that is the plain product of the dequantised operands, which is how it is computed
-here: both upcast to fp32, scaled, one fp32 matmul (a sum over blocks in another order rounds
-differently only at fp32's last bits). Output: ``out`` (m, n) fp32. Ragged tails (k or n not a
-multiple of the group) are allowed: the last group is just shorter. With N(0, 1) operands the
-outputs have standard deviation sqrt(k). Tolerance (``TOLERANCE``): fp32's table (1e-4) is out of
-reach of any fp8 tensor-core kernel, whose in-block accumulation keeps about 13-14 mantissa bits;
-an emulation (13-bit truncation every 4 products within each 128-wide K block, fp32 across blocks)
-errs by up to 4.3e-3 x the output's RMS with a relative L2 error of 1e-3, so outputs are held to
-atol = 1e-2 x RMS and rtol = 5e-3 (also the whole-output relative L2 bound). An all-zero or a
-constant output, or one K block dropped, still misses it by orders of magnitude. Phase rule: at most 64 rows (tokens) in ``a`` -> "decode" (a decode step,
-one new token per sequence), more -> "prefill"; every upstream shape (m >= 237) is prefill.
+upstream). Each scale is max(absmax / 448, 1e-10) over its group, and the fp8 value is clamp(x /
+scale, -448, 448) rounded to fp8. fp8 here is NVIDIA's float8_e4m3fn (max 448); the original
+benchmark ran on AMD with float8_e4m3fnuz (max 240): the values and scales differ by that factor,
+the operation is the same. Semantics: out[i, j] = sum over k-blocks kb of (a[i, kb] . b[j, kb]) *
+a_scales[i, kb] * b_scales[j // group_n, kb]. Since a scale is constant over its block, that is the
+plain product of the dequantised operands, which is how it is computed here: both upcast to fp32,
+scaled, one fp32 matmul (a sum over blocks in another order rounds differently only at fp32's last
+bits). Output: ``out`` (m, n) fp32. Ragged tails (k or n not a multiple of the group) are allowed:
+the last group is just shorter. With N(0, 1) operands the outputs have standard deviation sqrt(k).
+Tolerance (``TOLERANCE``): fp32's table (1e-4) is out of reach of any fp8 tensor-core kernel, whose
+in-block accumulation keeps about 13-14 mantissa bits; an emulation (13-bit truncation every 4
+products within each 128-wide K block, fp32 across blocks) errs by up to 4.3e-3 x the output's RMS
+with a relative L2 error of 1e-3, so outputs are held to atol = 1e-2 x RMS and rtol = 5e-3 (also
+the whole-output relative L2 bound). An all-zero or a constant output, or one K block dropped,
+still misses it by orders of magnitude. Phase rule: at most 64 rows (tokens) in ``a`` -> "decode"
+(a decode step, one new token per sequence), more -> "prefill"; every upstream shape (m >= 237) is
+prefill.
 """
 
 import torch

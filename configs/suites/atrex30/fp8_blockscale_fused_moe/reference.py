@@ -2,27 +2,27 @@
 
 Inputs: ``hidden_states`` (T, H) is N(0, 1) * 0.03 quantised to fp8 per token and group of 128
 columns, with ``a_scale`` (T, ceil(H/128)) fp32; ``w1`` (E, 2I, H) and ``w2`` (E, H, I) are bf16
-N(0, 1) draws quantised to fp8 per 128 x 128 block of each expert's matrix, with ``fc1_scale``
-(E, ceil(2I/128), ceil(H/128)) and ``fc2_scale`` (E, ceil(H/128), ceil(I/128)) fp32 (this scale
-layout, one grid per expert, is a choice made here: the paraphrase of upstream names no layout).
-Every scale is max(absmax / 448, 1e-10) and the fp8 value clamp(x / scale, -448, 448): fp8 is
-NVIDIA's float8_e4m3fn (max 448) where the original benchmark used AMD's float8_e4m3fnuz (max 240).
-``topk_ids`` (T, k) int32 are the k largest of uniform random logits over the E experts (so the
-k experts of a token are distinct); ``topk_weights`` (T, k) fp32 a softmax of N(0, 1) logits.
+N(0, 1) draws quantised to fp8 per 128 x 128 block of each expert's matrix, with ``fc1_scale`` (E,
+ceil(2I/128), ceil(H/128)) and ``fc2_scale`` (E, ceil(H/128), ceil(I/128)) fp32 (this scale layout,
+one grid per expert, is a choice made here: the paraphrase of upstream names no layout). Every
+scale is max(absmax / 448, 1e-10) and the fp8 value clamp(x / scale, -448, 448): fp8 is NVIDIA's
+float8_e4m3fn (max 448) where the original benchmark used AMD's float8_e4m3fnuz (max 240).
+``topk_ids`` (T, k) int32 are the k largest of uniform random logits over the E experts (so the k
+experts of a token are distinct); ``topk_weights`` (T, k) fp32 a softmax of N(0, 1) logits.
 metadata.json lists ``hidden_states`` as bf16, but upstream passes the fp8 activations (with
 ``a_scale``); so does this reference, so that a candidate written for upstream runs unchanged.
-Semantics: dequantise (fp8 upcast to fp32 times its block's scale), then for each token
-out[t] = sum_j topk_weights[t, j] * (SiLU(x_t w1g^T) * (x_t w1u^T)) w2^T with expert topk_ids[t, j],
-where the first I rows of w1 are the gate and the last I the up projection; all in fp32, the
-intermediate activation is not re-quantised. Serving kernels (vLLM, SGLang) do re-quantise it to
-fp8 per token and group of 128 columns before the down GEMM; that errs by a relative L2 of about
-2.3e-2 and up to 0.11 x the output's RMS per element (emulated at two shapes), so the tolerance
-(``TOLERANCE``) accepts it: atol = 0.25 x RMS, rtol = 5e-2 (also the whole-output relative L2
-bound), where bf16's table (1e-2) would reject the production algorithm. Output: ``out`` (T, H) bf16 as metadata.json
+Semantics: dequantise (fp8 upcast to fp32 times its block's scale), then for each token out[t] =
+sum_j topk_weights[t, j] * (SiLU(x_t w1g^T) * (x_t w1u^T)) w2^T with expert topk_ids[t, j], where
+the first I rows of w1 are the gate and the last I the up projection; all in fp32, the intermediate
+activation is not re-quantised. Serving kernels (vLLM, SGLang) do re-quantise it to fp8 per token
+and group of 128 columns before the down GEMM; that errs by a relative L2 of about 2.3e-2 and up to
+0.11 x the output's RMS per element (emulated at two shapes), so the tolerance (``TOLERANCE``)
+accepts it: atol = 0.25 x RMS, rtol = 5e-2 (also the whole-output relative L2 bound), where bf16's
+table (1e-2) would reject the production algorithm. Output: ``out`` (T, H) bf16 as metadata.json
 says; upstream cast it to the activations' dtype, fp8 in practice, which would be an unscaled fp8
-output: bf16 is kept instead. Outputs are O(10) (unscaled N(0, 1) weights), far above bf16's
-atol, so an all-zero or constant output cannot pass. Phase rule: at most 64 tokens -> "decode"
-(one new token per sequence), more -> "prefill".
+output: bf16 is kept instead. Outputs are O(10) (unscaled N(0, 1) weights), far above bf16's atol,
+so an all-zero or constant output cannot pass. Phase rule: at most 64 tokens -> "decode" (one new
+token per sequence), more -> "prefill".
 """
 
 import torch
