@@ -197,6 +197,9 @@ def _judge_baselines(
     for row in result["shapes"]:
         sid = row["shape_id"]
         for name in check:
+            error = result["errors"].get(f"{sid}/{name}")
+            if name == "torch_compile" and not row["files"].get(name) and error is None:
+                continue  # past --compile-max-shapes: neither checked nor timed
             verdicts[(name, sid)] = _check_outputs(
                 scorer,
                 fake,
@@ -206,7 +209,7 @@ def _judge_baselines(
                 override,
                 outcome.workdir,
                 _load_tensors,
-                result["errors"].get(f"{sid}/{name}"),
+                error,
             )
     return verdicts, _price(scorer, problem, shapes, ref, result.get("timing"), run)
 

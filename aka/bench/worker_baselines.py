@@ -29,15 +29,18 @@ def run_baselines(
     from aka.bench.worker_timing import TimingSession
 
     checked = [b for b in task["check"] if b != "torch_compile" or rt.device.startswith("cuda")]
+    skip_compile = set((task.get("timing") or {}).get("skip_compile") or [])
     rows, errors = [], {}
     for i, shape in enumerate(task["shapes"]):
         ev.emit("baselines", shape_id=shape["id"], done=i, total=len(task["shapes"]))
         files: dict[str, dict[str, str]] = {name: {} for name in checked}
-        for seed in task["seeds"]:
+        for n, seed in enumerate(task["seeds"]):
             reference = rt.build_model(rt.reference.Model, shape, seed)
             for name in checked:
                 if f"{shape['id']}/{name}" in errors:
                     continue
+                if name == "torch_compile" and (n > 0 or shape["id"] in skip_compile):
+                    continue  # compiling costs seconds: one seed, and only the shapes it times
                 try:
                     model = _baseline_model(rt, name, shape, seed, reference)
                     call = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
