@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -581,10 +581,16 @@ class Scorer:
     def _timing_task(self, run: _Run) -> dict[str, Any]:
         from aka.bench.performance import cached_compile_shapes
 
-        c = self.config
         baselines = [
-            b for b in run.problem.baselines if b != "torch_compile" or c.torch_compile_baseline
+            b
+            for b in run.problem.baselines
+            if b != "torch_compile" or self.config.torch_compile_baseline
         ]
+        return self.timing_config(baselines) | {"skip_compile": cached_compile_shapes(self, run)}
+
+    def timing_config(self, baselines: Sequence[str]) -> dict[str, Any]:
+        """The worker's timing settings (``bench``'s sampling knobs) and the baselines to time."""
+        c = self.config
         return {
             "enabled": True,
             "warmup_ms": c.warmup_ms,
@@ -593,10 +599,9 @@ class Scorer:
             "sample_budget_s": c.sample_budget_s,
             "l2_flush_factor": c.l2_flush_factor,
             "rotating_sets": c.rotating_sets,
-            "baselines": baselines,
+            "baselines": list(baselines),
             "host_lead_us": c.host_lead_us,
             "l2_flush_mode": c.l2_flush_mode,
-            "skip_compile": cached_compile_shapes(self, run),
         }
 
     def _judge_correctness(self, run: _Run, ref: _Reference, handle: Any) -> Verdict:

@@ -114,7 +114,7 @@ def _measure_baselines(
         compiled = [s.id for s in shapes]
         if options.compile_max_shapes is not None:
             compiled = [s.id for s in _spread(shapes, options.compile_max_shapes)]
-        timing = _timing_config(scorer, names) | {
+        timing = scorer.timing_config(names) | {
             "skip_compile": [s.id for s in shapes if s.id not in compiled]
         }
     if not check and timing is None:  # eager on the CPU: the reference ran; nothing else to do
@@ -242,22 +242,6 @@ def _baseline_row(
         verdict=verdict,
         message=message,
     )
-
-
-def _timing_config(scorer: Scorer, names: list[str]) -> dict[str, Any]:
-    c = scorer.config
-    return {
-        "enabled": True,
-        "warmup_ms": c.warmup_ms,
-        "min_samples": c.min_samples,
-        "max_samples": c.max_samples,
-        "sample_budget_s": c.sample_budget_s,
-        "l2_flush_factor": c.l2_flush_factor,
-        "rotating_sets": c.rotating_sets,
-        "baselines": list(names),
-        "host_lead_us": c.host_lead_us,
-        "l2_flush_mode": c.l2_flush_mode,
-    }
 
 
 def _check_outputs(

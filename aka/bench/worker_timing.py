@@ -243,6 +243,10 @@ class TimingSession:
                 }
             )
         self.check_fingerprints("after timing")
+        return self._report(rows)
+
+    def _report(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the parent gets: the timed rows, the launch floor, clocks and the L2 resets."""
         return {
             "launch_floor": self.launch_floor,
             "empty_unflushed": self.empty_unflushed,
@@ -271,14 +275,7 @@ class TimingSession:
                 }
             rows.append({"shape_id": shape["id"], "baselines": base})
         self.check_fingerprints("after timing")
-        return {
-            "launch_floor": self.launch_floor,
-            "empty_unflushed": self.empty_unflushed,
-            "shapes": rows,
-            "baseline_errors": self.baseline_errors,
-            "clocks_before": self.clocks_before,
-            "clocks_after": _read_clocks(),
-        }
+        return self._report(rows)
 
     def _baseline_call(self, shape_id: str, name: str) -> Any:
         entry = self.baselines[shape_id]
