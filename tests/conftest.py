@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,21 @@ def _isolated_settings_env(
             monkeypatch.delenv(name)
     monkeypatch.setenv("AKA_PATHS__CACHE_DIR", str(tmp_path_factory.mktemp("aka-cache")))
     monkeypatch.setenv("AKA_PATHS__RUNS_DIR", str(tmp_path_factory.mktemp("aka-runs")))
+
+
+@pytest.fixture(autouse=True)
+def _restored_root_logger() -> Iterator[None]:
+    """Undo a CLI entry point's ``setup_logging`` after each test.
+
+    ``aka.cli.main`` replaces the root logger's handlers with one writing to stderr; left in place,
+    it would print later tests' warnings into their captured output, so results would depend on
+    test order.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
