@@ -56,9 +56,9 @@ def _us(stats: LatencyStats | None) -> str:
 
 def _correctness_table(result: EvalResult, title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("shape", "split", "verdict", "max |err|", "rel L2 err", "library", "flags"):
+    for column in ("shape", "split", "verdict", "max |err|", "rel L2 err", "fallback", "flags"):
         table.add_column(
-            column, justify="right" if "err" in column or column == "library" else "left"
+            column, justify="right" if "err" in column or column == "fallback" else "left"
         )
     for row in result.shapes:
         style = _VERDICT_STYLE.get(row.verdict, "red")
@@ -99,21 +99,26 @@ def eval_table(result: EvalResult) -> Table:
         return _correctness_table(result, title)
     table = Table(title=title, title_justify="left")
     table.add_column("shape", no_wrap=True)
-    for column in (
+    # The library path (SDPA, cuBLAS, fused norms) is a column only where the problem has one.
+    with_library = any("library" in row.baselines_us for row in result.shapes)
+    columns = [
         "split",
         "verdict",
         "time us (med ±IQR)",
         "eager us",
         "compile us",
+        *(["library us"] if with_library else []),
         "T_sol us",
         "SOL",
-        "library",
+        "fallback",
         "flags",
-    ):
-        right = "us" in column or column in ("SOL", "library")
+    ]
+    for column in columns:
+        right = "us" in column or column in ("SOL", "fallback")
         table.add_column(column, justify="right" if right else "left")
     for row in result.shapes:
         style = _VERDICT_STYLE.get(row.verdict, "red")
+        library = [_us(row.baselines_us.get("library"))] if with_library else []
         table.add_row(
             row.shape_id,
             row.split.value,
@@ -121,6 +126,7 @@ def eval_table(result: EvalResult) -> Table:
             _us(row.latency_us),
             _us(row.baselines_us.get("eager")),
             _us(row.baselines_us.get("torch_compile")),
+            *library,
             "-" if row.t_sol_us is None else f"{row.t_sol_us:,.2f}",
             "-" if row.sol_fraction is None else f"{row.sol_fraction:.1%}",
             _share(row.fallback_ratio),
