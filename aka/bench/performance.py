@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from aka.hardware import CostCounts, DeviceCeilings, DeviceInfo
     from aka.spec import ComputeUnit
 
-__all__ = ["cached_compile_shapes", "judge_performance", "scorer_ceilings"]
+__all__ = ["cached_compile_shapes", "dominant_unit", "judge_performance", "scorer_ceilings"]
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def judge_performance(
             "bound": sol.bound,
             "bytes": costs.bytes_total,
             "flops": costs.flops_total,
-            "compute_unit": _dominant_unit(costs, ceilings),
+            "compute_unit": dominant_unit(costs, ceilings),
             "sol_fraction": s_frac,
             "flags": [*row.flags, *flags],
             "speedup_vs": {k: v.median / windows.stream.median for k, v in baselines.items()},
@@ -281,7 +281,7 @@ def host_flags(
     return []
 
 
-def _dominant_unit(costs: CostCounts, ceilings: DeviceCeilings) -> ComputeUnit | None:
+def dominant_unit(costs: CostCounts, ceilings: DeviceCeilings) -> ComputeUnit | None:
     """The compute unit whose FLOPs take the longest at its peak rate (None: no FLOPs)."""
     rates = ceilings.rates_flops_per_s
     times = {u: f / rates[u] for u, f in costs.flops_by_unit.items() if f > 0 and u in rates}

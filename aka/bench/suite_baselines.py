@@ -223,7 +223,7 @@ def _baseline_row(
     cpu: bool,
 ) -> ShapeScore:
     verdict, message = verdicts.get((name, shape.id), ("accepted", None))
-    t_sol_us, bound, flops, nbytes = priced["sol"].get(shape.id, (None, None, None, None))
+    t_sol_us, bound, flops, nbytes, unit = priced["sol"].get(shape.id, (None,) * 5)
     latency = priced["latency"].get((name, shape.id))
     ok = verdict == "accepted"
     if ok and latency is None and not cpu:
@@ -236,6 +236,7 @@ def _baseline_row(
         bound=bound,
         flops=flops,
         bytes=nbytes,
+        compute_unit=unit,
         latency_us=latency,
         s=min(1.0, t_sol_us / latency) if ok and latency and t_sol_us else None,
         correct=ok,
@@ -292,8 +293,8 @@ def _price(
         run.device = {"name": info.name, "arch": info.arch, "driver": info.driver_version}
         run.versions = {k: str(v) for k, v in ref.versions.items()}
     for s in shapes:
-        sol = price_shape(problem, s, ref.rows[s.id]["costs"], ceilings)
-        out["sol"][s.id] = (sol.t_sol_s * 1e6, sol.bound, sol.flops_total, sol.bytes_total)
+        sol, unit = price_shape(problem, s, ref.rows[s.id]["costs"], ceilings)
+        out["sol"][s.id] = (sol.t_sol_s * 1e6, sol.bound, sol.flops_total, sol.bytes_total, unit)
     for item in timing["shapes"]:
         for name, samples in item["baselines"].items():
             out["latency"][(name, item["shape_id"])] = latency_stats(samples["stream_us"]).median

@@ -148,6 +148,16 @@ def compute_ceiling(shapes: Sequence[ShapeScore], ceilings: Ceilings) -> Compute
         The unit, its rate and how it was chosen; None when the ceilings have no rates or no shape
         has FLOPs and a T_sol.
     """
+    recorded: dict[str, float] = {}
+    for shape in shapes:
+        if shape.compute_unit and shape.compute_unit in ceilings.rates_flops_per_s:
+            recorded[shape.compute_unit] = recorded.get(shape.compute_unit, 0.0) + (
+                shape.flops or 0
+            )
+    if recorded:
+        unit = max(recorded, key=lambda u: recorded[u])
+        how = "the unit recorded with the shapes (the one whose FLOPs take longest at peak)"
+        return ComputeCeiling(unit, ceilings.rates_flops_per_s[unit], how)
     rates = sorted(ceilings.rates_flops_per_s.items(), key=lambda kv: kv[1])
     votes: dict[str, float] = {}
     lower_bound = 0.0

@@ -51,6 +51,9 @@ class ShapeScore(_Model):
     bound: str | None = Field(default=None, description="memory, compute or latency.")
     flops: float | None = None
     bytes: float | None = None
+    compute_unit: str | None = Field(
+        default=None, description="The unit whose FLOPs take longest at peak (tc_bf16...)."
+    )
     latency_us: float | None = Field(default=None, description="Median time; None: not timed.")
     s: float | None = Field(default=None, description="min(1, T_sol / T); None: not timed.")
     correct: bool | None = Field(default=None, description="None: correctness not checked.")

@@ -14,7 +14,7 @@ from aka.core import ProgressCallback
 
 if TYPE_CHECKING:
     from aka.bench.pipeline import Scorer
-    from aka.hardware import CostCounts, DeviceCeilings
+    from aka.hardware import CostCounts, DeviceCeilings, TSol
     from aka.spec import ProblemSpec
     from aka.spec.problem import ShapeCase
 
@@ -35,11 +35,19 @@ def _costs(problem: ProblemSpec, shape: ShapeCase, costs: dict[str, Any] | None)
 
 def price_shape(
     problem: ProblemSpec, shape: ShapeCase, costs: dict[str, Any] | None, ceilings: DeviceCeilings
-) -> Any:
-    """T_sol of one shape: counted costs (or none) with the problem's overrides, on ``ceilings``."""
+) -> tuple[TSol, str | None]:
+    """T_sol of one shape (counted costs, or none, with the problem's overrides) on ``ceilings``.
+
+    Returns:
+        T_sol and its terms, and the compute unit whose FLOPs take longest at peak (None: no
+        FLOPs).
+    """
+    from aka.bench.performance import dominant_unit
     from aka.hardware import t_sol
 
-    return t_sol(_costs(problem, shape, costs), ceilings)
+    priced = _costs(problem, shape, costs)
+    unit = dominant_unit(priced, ceilings)
+    return t_sol(priced, ceilings), unit.value if unit else None
 
 
 def _fully_overridden(problem: ProblemSpec, shape: ShapeCase) -> bool:

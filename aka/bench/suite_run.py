@@ -275,6 +275,7 @@ def _candidate_entry(
                 bound=r.bound,
                 flops=r.flops,
                 bytes=r.bytes,
+                compute_unit=r.compute_unit.value if r.compute_unit else None,
                 latency_us=r.latency_us.median if r.latency_us else None,
                 s=r.sol_fraction if ok else None,
                 correct=ok,

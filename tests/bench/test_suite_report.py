@@ -405,6 +405,9 @@ def test_compute_ceiling_inference() -> None:
     chosen = compute_ceiling([dense], ceilings)
     assert chosen is not None and chosen.unit == "tc_bf16"
     assert parse_ceilings({"rates_flops_per_s": RATES}) is None  # no bandwidth
+    # A recorded unit wins over inference: the same shape, priced on vector_fp32.
+    recorded = compute_ceiling([dense.model_copy(update={"compute_unit": "vector_fp32"})], ceilings)
+    assert recorded is not None and recorded.unit == "vector_fp32" and "recorded" in recorded.how
 
 
 def test_write_reports_writes_both_files(tmp_path: Path) -> None:
