@@ -8,8 +8,9 @@ ceiling drawn on an operator's roofline, and the three charts of ``report.html``
 - ``shape_score_chart``: per operator, S per shape as grouped bars, one bar per entrant;
 - ``weight_score_chart``: the suite, one dot per (operator, entrant) at (weight, S_op on tune).
 
-The run records no per-unit FLOPs, so the compute ceiling of an operator is inferred from the
-``T_sol`` the scorer priced (see ``compute_ceiling``) and the caption says how. Drawing primitives
+The compute ceiling drawn is the rate of the unit recorded with the shapes (``compute_unit``); for
+results without one it is inferred from the ``T_sol`` the scorer priced (see ``compute_ceiling``),
+and the caption says which. Drawing primitives
 come from ``aka.core.svg``, which escapes every text. Must not import torch.
 """
 
