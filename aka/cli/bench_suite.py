@@ -100,7 +100,7 @@ def run(
         holdout_memory_cap_bytes=settings.bench.holdout_memory_cap_gb * 2**30,
     )
     with progress_bar(f"suite {spec.name}", enabled=err_console.is_terminal) as on_event:
-        result = run_suite(scorer, spec, options, on_event)
+        result = run_suite(scorer, spec, options, _per_operator(on_event))
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(result.model_dump_json(indent=1))
     paths = write_reports(result, out)
@@ -111,6 +111,23 @@ def run(
     )
     failed = [r for r in result.results if r.status in ("failed", "missing")]
     raise typer.Exit(1 if failed else 0)
+
+
+def _per_operator(on_event: Any) -> Any:
+    """One bar over operators: worker events (per shape) only update the text, not the count."""
+    from dataclasses import replace
+
+    current = {"op": "", "done": 0, "total": 0}
+
+    def relay(event: Any) -> None:
+        if event.source == "suite":
+            current.update(op=event.message, done=event.done or 0, total=event.total or 0)
+            on_event(event)
+            return
+        text = f"{current['op']}: {event.stage} {event.message}".strip()
+        on_event(replace(event, message=text, done=current["done"], total=current["total"]))
+
+    return relay
 
 
 def _print_summary(result: Any) -> None:

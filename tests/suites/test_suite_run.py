@@ -203,3 +203,15 @@ def test_roofline_errors_name_the_fix(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 2
     code, _ = _run(capsys, "bench", "roofline", "--suite", "atrex30", "--op", "nope", "--json")
     assert code == 2
+
+
+def test_progress_counts_operators_and_names_the_stage() -> None:
+    from aka.cli.bench_suite import _per_operator
+    from aka.core import ProgressEvent
+
+    seen: list[ProgressEvent] = []
+    relay = _per_operator(seen.append)
+    relay(ProgressEvent("suite", "operator", "rms_norm", 3, 30))
+    relay(ProgressEvent("bench", "reference", "smoke_7x300", 0, 2))
+    assert (seen[-1].done, seen[-1].total) == (3, 30)
+    assert seen[-1].message == "rms_norm: reference smoke_7x300"
