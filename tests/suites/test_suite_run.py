@@ -215,3 +215,52 @@ def test_progress_counts_operators_and_names_the_stage() -> None:
     relay(ProgressEvent("bench", "reference", "smoke_7x300", 0, 2))
     assert (seen[-1].done, seen[-1].total) == (3, 30)
     assert seen[-1].message == "rms_norm: reference smoke_7x300"
+
+
+def test_gpu_pricing_path_on_recorded_samples(tmp_path: Path) -> None:
+    """The GPU half of the baselines' judgement, fed a recorded timing payload on the CPU."""
+    import torch
+
+    from aka.bench.problem_runtime import load_module
+    from aka.bench.run_state import _Reference
+    from aka.bench.suite_baselines import _baseline_row, _price
+    from aka.bench.suite_result import SuiteRun
+    from aka.hardware import count_costs
+
+    problem = load_suite("atrex30").problem("rms_norm")
+    shapes = problem.shapes_in({Split.SMOKE})
+    module = load_module("_price_rms", SUITE / "rms_norm" / "reference.py")
+    rows = {}
+    for s in shapes:
+        inputs = module._make_inputs(**s.input_kwargs, device="cpu")
+        counts = count_costs(module.Model(**s.init_kwargs), inputs)
+        rows[s.id] = {"costs": counts.model_dump(mode="json")}
+    device = {
+        "name": "NVIDIA H200", "vendor": "nvidia", "arch": "sm_90", "compute_capability": "9.0",
+        "sm_count": 132, "memory_bytes": 150 * 2**30, "torch_version": torch.__version__,
+    }  # fmt: skip
+    ref = _Reference(outputs={}, rows=rows, versions={"torch": "x"}, device=device)
+    floor = [4.0, 4.2, 4.1, 4.3]
+    timing = {
+        "launch_floor": {"stream_us": floor},
+        "shapes": [
+            {"shape_id": s.id, "baselines": {"eager": {"stream_us": [20.0, 22.0, 21.0]}}}
+            for s in shapes
+        ],
+        "baseline_errors": {f"{shapes[0].id}/library": "RuntimeError: no kernel"},
+    }
+    run = SuiteRun(suite="atrex30", date="d", performance_measured=True, operators=[], entrants=[])
+    scorer = Scorer(BenchConfig(ceilings="datasheet"), tmp_path, device="cpu")
+    priced = _price(scorer, problem, shapes, ref, timing, run)
+    assert run.ceilings is not None and run.ceilings["launch_floor_us"] == pytest.approx(4.15)
+    eager = _baseline_row("eager", shapes[0], {}, priced, cpu=False)
+    # Tiny smoke shapes are launch-bound: T_sol is the measured floor, S = floor / median.
+    assert eager.bound == "latency" and eager.t_sol_us == pytest.approx(4.15)
+    assert eager.s == pytest.approx(4.15 / 21.0) and eager.correct
+    library = _baseline_row("library", shapes[0], {}, priced, cpu=False)
+    assert library.s is None and "no kernel" in (library.message or "")
+    wrong = _baseline_row(
+        "library", shapes[1], {("library", shapes[1].id): ("wrong_output", "seed 0: off")},
+        priced, cpu=False,
+    )  # fmt: skip
+    assert wrong.correct is False and wrong.s is None and wrong.verdict == "wrong_output"
