@@ -24,9 +24,15 @@ if TYPE_CHECKING:
     from aka.bench.run_state import _Reference, _Run
     from aka.bench.sandbox import WorkerOutcome
     from aka.hardware import CostCounts, DeviceCeilings, DeviceInfo
-    from aka.spec import ComputeUnit
+    from aka.spec import ComputeUnit, ProblemSpec, ShapeCase
 
-__all__ = ["cached_compile_shapes", "dominant_unit", "judge_performance", "scorer_ceilings"]
+__all__ = [
+    "cached_compile_shapes",
+    "dominant_unit",
+    "judge_performance",
+    "scorer_ceilings",
+    "shape_costs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +153,7 @@ def judge_performance(
 ) -> EvalResult:
     """Fill each shape's times, baselines, T_sol and S from the worker's samples; score."""
     from aka.bench.run_state import _load_tensors
-    from aka.hardware import CostCounts, DeviceInfo, apply_overrides, device_key, t_sol
+    from aka.hardware import DeviceInfo, device_key, t_sol
 
     timing = (outcome.result or {}).get("timing")
     if not timing or run.device is None:
@@ -188,11 +194,7 @@ def judge_performance(
                 cached[_baseline_key(run, sid)]
             )
         shape = next(s for s in run.shapes if s.id == sid)
-        costs = apply_overrides(
-            CostCounts.model_validate(ref.rows[sid]["costs"]),
-            run.problem.roofline_overrides_for(sid),
-            {**shape.init_kwargs, **shape.input_kwargs},
-        )
+        costs = shape_costs(run.problem, shape, ref.rows[sid]["costs"])
         sol = t_sol(costs, ceilings)
         t_sol_us = sol.t_sol_s * 1e6
         s_frac, flags = sol_fraction(t_sol_us, windows.stream.median, margin)
@@ -279,6 +281,19 @@ def host_flags(
     ):
         return ["host_gap"]
     return []
+
+
+def shape_costs(
+    problem: ProblemSpec, shape: ShapeCase, counted: dict[str, Any] | None
+) -> CostCounts:
+    """One shape's costs: the reference's counted costs (or none) with the problem's overrides."""
+    from aka.hardware import CostCounts, apply_overrides
+
+    return apply_overrides(
+        CostCounts.model_validate(counted) if counted else CostCounts(),
+        problem.roofline_overrides_for(shape.id),
+        {**shape.init_kwargs, **shape.input_kwargs},
+    )
 
 
 def dominant_unit(costs: CostCounts, ceilings: DeviceCeilings) -> ComputeUnit | None:

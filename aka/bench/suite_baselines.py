@@ -9,11 +9,11 @@ priced against the same ``T_sol`` as a candidate's (``aka.bench.suite_roofline``
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aka.bench.pipeline import _sha256
 from aka.bench.stats import latency_stats
 from aka.bench.suite_result import EntrantOp, ShapeScore, Status, SuiteRun
 from aka.bench.suite_roofline import ceilings_json, price_shape
@@ -27,16 +27,6 @@ if TYPE_CHECKING:
     from aka.spec.problem import ShapeCase
 
 __all__ = ["baseline_entries"]
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _spread(cases: list[ShapeCase], limit: int | None) -> list[ShapeCase]:
-    from aka.bench.suite_run import spread
-
-    return spread(cases, limit)
 
 
 def baseline_entries(
@@ -60,7 +50,7 @@ def baseline_entries(
         if (b != "library" or problem.library_code is not None)
         and (b != "torch_compile" or not scorer.cpu)
     ]
-    keys = {b: _sha(f"{key_base}|{b}|{options.compile_max_shapes}") for b in wanted}
+    keys = {b: _sha256(f"{key_base}|{b}|{options.compile_max_shapes}") for b in wanted}
     hits = {b: cache.get(b, problem.name, keys[b]) for b in wanted}
     todo = [b for b in wanted if hits[b] is None]
     fresh: dict[str, EntrantOp] = {}
@@ -113,7 +103,9 @@ def _measure_baselines(
     if not scorer.cpu:
         compiled = [s.id for s in shapes]
         if options.compile_max_shapes is not None:
-            compiled = [s.id for s in _spread(shapes, options.compile_max_shapes)]
+            from aka.bench.suite_run import spread
+
+            compiled = [s.id for s in spread(shapes, options.compile_max_shapes)]
         timing = scorer.timing_config(names) | {
             "skip_compile": [s.id for s in shapes if s.id not in compiled]
         }

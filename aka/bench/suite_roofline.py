@@ -14,23 +14,11 @@ from aka.core import ProgressCallback
 
 if TYPE_CHECKING:
     from aka.bench.pipeline import Scorer
-    from aka.hardware import CostCounts, DeviceCeilings, TSol
+    from aka.hardware import DeviceCeilings, TSol
     from aka.spec import ProblemSpec
     from aka.spec.problem import ShapeCase
 
 __all__ = ["ceilings_json", "price_shape", "shape_rooflines"]
-
-
-def _costs(problem: ProblemSpec, shape: ShapeCase, costs: dict[str, Any] | None) -> CostCounts:
-    from aka.hardware import CostCounts, apply_overrides
-
-    counted = CostCounts.model_validate(costs) if costs else CostCounts()
-    return apply_overrides(
-        counted,
-        problem.roofline_overrides_for(shape.id),
-        {**shape.init_kwargs, **shape.input_kwargs},
-        shape_id=shape.id,
-    )
 
 
 def price_shape(
@@ -42,10 +30,10 @@ def price_shape(
         T_sol and its terms, and the compute unit whose FLOPs take longest at peak (None: no
         FLOPs).
     """
-    from aka.bench.performance import dominant_unit
+    from aka.bench.performance import dominant_unit, shape_costs
     from aka.hardware import t_sol
 
-    priced = _costs(problem, shape, costs)
+    priced = shape_costs(problem, shape, costs)
     unit = dominant_unit(priced, ceilings)
     return t_sol(priced, ceilings), unit.value if unit else None
 
@@ -75,6 +63,7 @@ def shape_rooflines(
     Raises:
         BaselineError: The reference failed while being counted.
     """
+    from aka.bench.performance import shape_costs
     from aka.hardware import t_sol
 
     need = [s for s in shapes if not _fully_overridden(problem, s)]
@@ -86,7 +75,7 @@ def shape_rooflines(
             counted = {r["shape_id"]: r["costs"] for r in result["shapes"]}
     rows = []
     for s in shapes:
-        costs = _costs(problem, s, counted.get(s.id))
+        costs = shape_costs(problem, s, counted.get(s.id))
         sol = t_sol(costs, ceilings)
         rows.append(
             {

@@ -14,13 +14,13 @@ where it stopped. Results are ``aka.bench.suite_result`` models; reports are
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aka.bench.pipeline import _sha256
 from aka.bench.result import Verdict
 from aka.bench.suite_baselines import baseline_entries
 from aka.bench.suite_result import (
@@ -88,10 +88,6 @@ def select_suite_shapes(
         return spread(problem.shapes_in({Split.SMOKE}), max_shapes)
     tune = spread(problem.shapes_in({Split.TUNE}), max_shapes)
     return tune + spread(problem.shapes_in({Split.HOLDOUT}), max_shapes)
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class _Cache:
@@ -179,7 +175,7 @@ def run_suite(
         entrants=entrants,
     )
     if options.holdout_seed is not None and not scorer.cpu:
-        run.holdout_seed_hash = _sha(str(options.holdout_seed))[:12]
+        run.holdout_seed_hash = _sha256(str(options.holdout_seed))[:12]
     if scorer.cpu:
         run.notes.append(
             "CPU (Triton interpreter): smoke shapes only, correctness checked, nothing timed."
@@ -242,8 +238,8 @@ def _candidate_entry(
             message=f"no {problem.name}.py or {problem.name}/candidate.py in {directory}",
         )
     source = path.read_text(encoding="utf-8")
-    source_hash = _sha(source)
-    key = _sha(f"{key_base}|candidate|{source_hash}")
+    source_hash = _sha256(source)
+    key = _sha256(f"{key_base}|candidate|{source_hash}")
     hit = cache.get("candidate", problem.name, key)
     if hit is not None:
         return hit
