@@ -8,11 +8,11 @@ candidate file; 3 a harness failure; 4 ``not_run`` (this machine cannot run the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
-from aka.cli.state import settings_from
+from aka.cli.state import device_choice, settings_from
 from aka.core import SpecError
 
 __all__ = ["app"]
@@ -73,13 +73,11 @@ def score(
     from aka.core.console import err_console, out_console
     from aka.spec import load_problem
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise SpecError(f"--device must be auto, cpu or cuda, not {device!r}")
+    chosen = device_choice(device)
     settings = settings_from(ctx)
     spec = load_problem(problem, format)
     source = _read_candidate(candidate)
     shape_ids = [s.strip() for s in shapes.split(",") if s.strip()] if shapes else None
-    chosen: Literal["auto", "cpu", "cuda"] = device  # type: ignore[assignment]
     scorer = Scorer(settings.bench, settings.paths.cache_dir, device=chosen)
     with progress_bar(
         f"scoring {candidate.name}", enabled=not as_json and err_console.is_terminal

@@ -12,11 +12,11 @@ candidate or baseline failed or is missing, 2 bad usage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
-from aka.cli.state import settings_from
+from aka.cli.state import device_choice, settings_from
 from aka.core import SpecError
 
 __all__ = ["roofline", "run"]
@@ -75,15 +75,13 @@ def run(
     from aka.spec import load_suite
     from aka.spec.holdout import holdout_seed
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise SpecError(f"--device must be auto, cpu or cuda, not {device!r}")
+    chosen = device_choice(device)
     settings = settings_from(ctx)
     spec = load_suite(suite)
     names = _split_list(baselines)
     if names is None:
         names = [] if candidates is not None else ["eager", "compile", "library"]
     names = ["torch_compile" if n == "compile" else n for n in names]
-    chosen: Literal["auto", "cpu", "cuda"] = device  # type: ignore[assignment]
     scorer = Scorer(settings.bench, settings.paths.cache_dir, device=chosen)
     seed = None
     if holdout and not scorer.cpu:
@@ -186,6 +184,7 @@ def roofline(
     from aka.hardware import datasheet_ceilings, detect_device
     from aka.spec import Split, load_suite
 
+    chosen = device_choice(device)
     settings = settings_from(ctx)
     problem = load_suite(suite).problem(op)
     if split not in {s.value for s in Split}:
@@ -198,7 +197,6 @@ def roofline(
             raise SpecError(f"unknown shape ids {missing}", field="--shapes")
     if not chosen_shapes:
         raise SpecError(f"operator {op!r} has no {split} shapes", field="--split")
-    chosen: Literal["auto", "cpu", "cuda"] = device  # type: ignore[assignment]
     scorer = Scorer(settings.bench, settings.paths.cache_dir, device=chosen)
     if device_name is not None:
         ceilings = datasheet_ceilings(device_name)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import typer
 
-from aka.core import Settings, load_settings
+from aka.core import Settings, SpecError, load_settings
 
-__all__ = ["CliState", "settings_from"]
+__all__ = ["CliState", "device_choice", "settings_from"]
 
 
 @dataclass
@@ -23,3 +24,10 @@ def settings_from(ctx: typer.Context) -> Settings:
     """Load settings honouring ``--config``."""
     state = ctx.find_object(CliState) or CliState()
     return load_settings(state.config_path)
+
+
+def device_choice(device: str) -> Literal["auto", "cpu", "cuda"]:
+    """Check a ``--device`` value: auto, cpu (Triton interpreter) or cuda."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise SpecError(f"--device must be auto, cpu or cuda, not {device!r}", field="--device")
+    return cast(Literal["auto", "cpu", "cuda"], device)

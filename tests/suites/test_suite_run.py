@@ -264,3 +264,12 @@ def test_gpu_pricing_path_on_recorded_samples(tmp_path: Path) -> None:
         priced, cpu=False,
     )  # fmt: skip
     assert wrong.correct is False and wrong.s is None and wrong.verdict == "wrong_output"
+
+
+def test_a_bad_device_is_refused_by_run_and_roofline(capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (
+        ("bench", "run", "--suite", "atrex30", "--device", "gpu0"),
+        ("bench", "roofline", "--suite", "atrex30", "--op", "rms_norm", "--device", "gpu0"),
+    ):
+        code, _ = _run(capsys, *args)
+        assert code == 2
