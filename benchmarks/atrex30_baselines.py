@@ -20,6 +20,7 @@ every group, so the holdout shapes are one set; only its hash is recorded):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import secrets
 import sys
@@ -49,23 +50,38 @@ def _table(run: Any) -> None:
         )
 
 
+def _join(parts: list[Any]) -> Any:
+    """One ``SuiteRun`` of several runs' operators, in the suite's order.
+
+    A later run of an operator replaces an earlier one's.
+    """
+    from aka.bench.suite_result import summarize
+    from aka.spec import load_suite
+
+    first = parts[0]
+    order = [o.name for o in load_suite(first.suite).operators]
+    ops = {o.name: o for p in parts for o in p.operators}
+    results = {(r.entrant, r.op): r for p in parts for r in p.results}
+    joined = first.model_copy(
+        update={
+            "operators": [ops[n] for n in order if n in ops],
+            "results": list(results.values()),
+            "notes": sorted({n for p in parts for n in p.notes}),
+        }
+    )
+    joined.summary = summarize(joined)
+    return joined
+
+
 def _merge(paths: list[Path], out: Path) -> int:
     from aka.bench.suite_report import write_reports
     from aka.bench.suite_result import SuiteRun, summarize
     from aka.spec import load_suite
 
     parts = [SuiteRun.model_validate(json.loads(p.read_text())["run"]) for p in paths]
-    first = parts[0]
-    order = [o.name for o in load_suite(first.suite).operators]
-    ops = {o.name: o for p in parts for o in p.operators}
-    merged = first.model_copy(
-        update={
-            "operators": [ops[n] for n in order if n in ops],
-            "results": [r for p in parts for r in p.results],
-            "notes": sorted({n for p in parts for n in p.notes}),
-        }
-    )
-    missing = [n for n in order if n not in ops]
+    merged = _join(parts)
+    order = [o.name for o in load_suite(merged.suite).operators]
+    missing = [n for n in order if n not in {o.name for o in merged.operators}]
     if missing:
         merged.notes.append(f"operators not run (they count 0 in the suite score): {missing}")
     merged.summary = summarize(merged)
@@ -100,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout-seed", type=int, default=None)
     parser.add_argument("--sample-budget-s", type=float, default=0.25)
     parser.add_argument("--merge", nargs="+", type=Path, help="Join group files instead.")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=0.0,
+        help="Start no operator after this many seconds (0: no deadline); the rest are listed.",
+    )
+    parser.add_argument(
+        "--tag", default="", help="Part file name tag (default from --group/--ops)."
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return _merge(args.merge, args.out)
@@ -141,23 +166,41 @@ def main(argv: list[str] | None = None) -> int:
         if event.source == "suite":
             print(f"[{time.monotonic() - started:7.1f}s] {event.stage} {event.message}", flush=True)
 
-    run = run_suite(scorer, suite, options, show)
-    _table(run)
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = args.ops.replace(",", "-")[:40] if args.ops else args.group.replace("/", "of")
+    tag = args.tag or (
+        args.ops.replace(",", "-")[:40] if args.ops else args.group.replace("/", "of")
+    )
     target = args.out / f"atrex30_baselines_part_{tag}.json"
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "versions": library_versions(),
-        "ops": chosen,
-        "config": config.model_dump(mode="json"),
-        "max_shapes": args.max_shapes,
-        "compile_max_shapes": args.compile_max_shapes,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
-    target.write_text(json.dumps({"meta": meta, "run": run.model_dump(mode="json")}, indent=1))
-    print(f"wall {meta['wall_s']} s; wrote {target}")
+    done: list[Any] = []
+    skipped: list[str] = []
+    for op in chosen:
+        elapsed = time.monotonic() - started
+        if args.deadline_s and elapsed > args.deadline_s:
+            skipped.append(op)
+            continue
+        print(f"[{elapsed:7.1f}s] operator {op}", flush=True)
+        done.append(run_suite(scorer, suite, dataclasses.replace(options, ops=[op]), show))
+        # Written after every operator: a call cut off by its time limit keeps what it finished.
+        run = _join(done)
+        meta = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "versions": library_versions(),
+            "ops": [o.name for o in run.operators],
+            "config": config.model_dump(mode="json"),
+            "max_shapes": args.max_shapes,
+            "compile_max_shapes": args.compile_max_shapes,
+            "holdout_seed_given": args.holdout_seed is not None,
+            "wall_s": round(time.monotonic() - started, 1),
+        }
+        target.write_text(json.dumps({"meta": meta, "run": run.model_dump(mode="json")}, indent=1))
+    if not done:
+        print("no operator run before the deadline")
+        return 1
+    _table(_join(done))
+    print(f"wall {round(time.monotonic() - started, 1)} s; wrote {target}")
+    if skipped:
+        print(f"not started (deadline {args.deadline_s} s): {','.join(skipped)}")
     return 0
 
 
