@@ -115,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-max-shapes", type=int, default=2)
     parser.add_argument("--holdout-seed", type=int, default=None)
     parser.add_argument("--sample-budget-s", type=float, default=0.25)
+    parser.add_argument("--min-samples", type=int, default=20)
+    parser.add_argument(
+        "--holdout-cap-gb",
+        type=float,
+        default=2.0,
+        help="Largest holdout shape's memory (the reference's tensors for every seed go to disk).",
+    )
     parser.add_argument("--merge", nargs="+", type=Path, help="Join group files instead.")
     parser.add_argument(
         "--deadline-s",
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = names[k::n]
     seed = args.holdout_seed if args.holdout_seed is not None else secrets.randbits(31)
     config = BenchConfig(
-        min_samples=20,
+        min_samples=args.min_samples,
         max_samples=400,
         sample_budget_s=args.sample_budget_s,
         cold_recheck="never",
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         max_shapes=args.max_shapes,
         compile_max_shapes=args.compile_max_shapes,
         holdout_seed=seed,
+        holdout_memory_cap_bytes=args.holdout_cap_gb * 2**30,
     )
     started = time.monotonic()
 
@@ -173,15 +181,22 @@ def main(argv: list[str] | None = None) -> int:
     target = args.out / f"atrex30_baselines_part_{tag}.json"
     done: list[Any] = []
     skipped: list[str] = []
+    failed: dict[str, str] = {}
     for op in chosen:
         elapsed = time.monotonic() - started
         if args.deadline_s and elapsed > args.deadline_s:
             skipped.append(op)
             continue
         print(f"[{elapsed:7.1f}s] operator {op}", flush=True)
-        done.append(run_suite(scorer, suite, dataclasses.replace(options, ops=[op]), show))
+        try:
+            done.append(run_suite(scorer, suite, dataclasses.replace(options, ops=[op]), show))
+        except Exception as err:  # noqa: BLE001 - one operator failing must not lose the others
+            failed[op] = f"{type(err).__name__}: {str(err)[:400]}"
+            print(f"operator {op} failed: {failed[op]}", flush=True)
+            continue
         # Written after every operator: a call cut off by its time limit keeps what it finished.
         run = _join(done)
+        run.notes.extend(f"{k} not scored: {v}" for k, v in failed.items())
         meta = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
@@ -191,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_shapes": args.max_shapes,
             "compile_max_shapes": args.compile_max_shapes,
             "holdout_seed_given": args.holdout_seed is not None,
+            "holdout_cap_gb": args.holdout_cap_gb,
+            "failed": failed,
             "wall_s": round(time.monotonic() - started, 1),
         }
         target.write_text(json.dumps({"meta": meta, "run": run.model_dump(mode="json")}, indent=1))

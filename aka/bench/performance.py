@@ -32,6 +32,7 @@ __all__ = [
     "judge_performance",
     "scorer_ceilings",
     "shape_costs",
+    "shape_empty_gap",
 ]
 
 logger = logging.getLogger(__name__)
@@ -144,6 +145,21 @@ def _empty_gap(windows: dict[str, list[float]]) -> float:
     return quantile([d - s for s, d in pairs], GAP_QUANTILE) if pairs else 0.0
 
 
+def shape_empty_gap(start_gap_us: float, candidate: dict[str, list[float]]) -> float:
+    """The empty call's gap one shape's candidate gap is judged against.
+
+    The empty kernel timed between this shape's own samples (``empty_stream_us`` and
+    ``empty_device_us``, from ``worker_timing._sample_paired``) is the baseline, so the drift of
+    the host's wake-up over the worker's life cancels; never below the gap measured at the
+    worker's start (``start_gap_us``).
+    """
+    paired = {
+        "stream_us": candidate.get("empty_stream_us") or [],
+        "device_us": candidate.get("empty_device_us") or [],
+    }
+    return max(start_gap_us, _empty_gap(paired))
+
+
 def judge_performance(
     scorer: Scorer,
     run: _Run,
@@ -180,7 +196,7 @@ def judge_performance(
         windows = judge_windows(
             item["candidate"]["stream_us"],
             item["candidate"]["device_us"],
-            empty_gap_us=empty_gap,
+            empty_gap_us=shape_empty_gap(empty_gap, item["candidate"]),
             abs_us=scorer.config.mismatch_abs_us,
             rel=scorer.config.mismatch_rel,
         )

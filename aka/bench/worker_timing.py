@@ -116,6 +116,39 @@ class TimingSession:
             "host_us": list(got.host_us),
         }
 
+    def _sample_paired(self, call: Any) -> dict[str, list[float]]:
+        """Time ``call`` with the empty kernel interleaved: call, empty, call, empty...
+
+        The device-wide window's gap over the stream window is mostly the host's wake-up from
+        ``torch.cuda.synchronize()``, and that drifts by several microseconds over a worker's life
+        on a shared machine. The empty kernel's gap measured between the candidate's own samples
+        is the baseline its gap is judged against (``aka.bench.timing``), so drift cancels.
+        Returns the candidate's windows plus ``empty_stream_us``/``empty_device_us``.
+        """
+        from aka.hardware import sample_windows
+
+        def both(i: int) -> None:
+            if i % 2:
+                self.empty(i // 2)
+            else:
+                call(i // 2)
+
+        got = sample_windows(
+            both,
+            n_samples=2 * self.cfg["max_samples"],
+            flush=self.flush,
+            warmup_s=self.cfg["warmup_ms"] / 1000.0,
+            budget_s=2 * self.cfg["sample_budget_s"],
+            min_samples=2 * self.cfg["min_samples"],
+        )
+        return {
+            "stream_us": list(got.stream_us[0::2]),
+            "device_us": list(got.device_us[0::2]),
+            "host_us": list(got.host_us[0::2]),
+            "empty_stream_us": list(got.stream_us[1::2]),
+            "empty_device_us": list(got.device_us[1::2]),
+        }
+
     def _input_sets(
         self, shape: dict[str, Any], seeds: list[int]
     ) -> list[tuple[list[Any], dict[str, Any]]]:
@@ -222,7 +255,7 @@ class TimingSession:
 
             with torch.no_grad():
                 self.l2_reset.append(_reset_persisting_l2())
-                cand = self._sample(call)
+                cand = self._sample_paired(call)
                 base = {
                     name: self._sample(self._baseline_call(shape["id"], name))
                     for name in BASELINES

@@ -118,3 +118,72 @@ def test_suspicious_alone_is_only_a_note() -> None:
     merged = confirm_suspicious(first, _result([_row("a", 0.9)]))
     assert merged.verdict is Verdict.ACCEPTED and merged.shapes[0].flags == ["suspicious"]
     assert "not reproduced" in merged.notes[-1]
+
+
+def test_gap_baseline_is_the_empty_kernel_timed_between_the_shapes_samples() -> None:
+    from aka.bench.performance import shape_empty_gap
+
+    # H200, session 4: the empty gap at the worker's start was 8.8 us; an honest microsecond
+    # kernel later showed 15.3 us while the host's wake-up had drifted. Judged against the empty
+    # kernel timed between its own samples, the honest kernel passes...
+    honest = {
+        "stream_us": [4.0] * 40,
+        "device_us": [19.3] * 40,
+        "empty_stream_us": [3.0] * 40,
+        "empty_device_us": [17.4] * 40,
+    }
+    gap = shape_empty_gap(8.8, honest)
+    assert gap == pytest.approx(14.4)
+    verdict = judge_windows(
+        honest["stream_us"], honest["device_us"], empty_gap_us=gap, abs_us=5.0, rel=0.1
+    )
+    assert not verdict.mismatch
+    # ...while work left on a side stream still widens its gap beyond the paired empty kernel's
+    cheat = {**honest, "device_us": [4.0 + 14.4 + 9.0] * 40}
+    verdict = judge_windows(
+        cheat["stream_us"],
+        cheat["device_us"],
+        empty_gap_us=shape_empty_gap(8.8, cheat),
+        abs_us=5.0,
+        rel=0.1,
+    )
+    assert verdict.mismatch
+    # never below the gap at the worker's start; payloads without paired samples use that one
+    low = {**honest, "empty_device_us": [3.5] * 40}
+    assert shape_empty_gap(8.8, low) == pytest.approx(8.8)
+    assert shape_empty_gap(8.8, {"stream_us": [1.0], "device_us": [2.0]}) == pytest.approx(8.8)
+
+
+def test_paired_sampling_interleaves_the_empty_kernel_and_splits_the_windows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aka.hardware
+    from aka.bench.worker_timing import TimingSession
+    from aka.hardware import WindowSamples
+
+    calls: list[str] = []
+    seen: dict[str, object] = {}
+
+    def fake_sample_windows(fn, *, n_samples, flush, warmup_s, budget_s, min_samples):  # type: ignore[no-untyped-def]
+        seen.update(n=n_samples, budget=budget_s, min=min_samples, flush=flush)
+        for i in range(6):
+            fn(i)
+        return WindowSamples(
+            stream_us=[float(i) for i in range(6)],
+            device_us=[10.0 + i for i in range(6)],
+            host_us=[20.0 + i for i in range(6)],
+        )
+
+    monkeypatch.setattr(aka.hardware, "sample_windows", fake_sample_windows)
+    session = TimingSession.__new__(TimingSession)
+    session.cfg = {"max_samples": 100, "sample_budget_s": 0.25, "min_samples": 10, "warmup_ms": 0}
+    session.flush = lambda: None
+    session.empty = lambda i: calls.append(f"empty{i}")
+    got = session._sample_paired(lambda j: calls.append(f"call{j}"))
+    assert calls == ["call0", "empty0", "call1", "empty1", "call2", "empty2"]
+    assert got["stream_us"] == [0.0, 2.0, 4.0] and got["empty_stream_us"] == [1.0, 3.0, 5.0]
+    assert got["device_us"] == [10.0, 12.0, 14.0] and got["empty_device_us"] == [11.0, 13.0, 15.0]
+    assert got["host_us"] == [20.0, 22.0, 24.0]
+    # the candidate keeps its own sample count and budget: the empty kernel's come on top
+    assert (seen["n"], seen["budget"], seen["min"]) == (200, 0.5, 20)
+    assert seen["flush"] is session.flush
