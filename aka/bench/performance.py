@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aka.bench.result import EvalResult, Failure, LatencyStats, Verdict
 from aka.bench.score import problem_score, sol_fraction, suspicious_margin
-from aka.bench.stats import latency_stats, median, quantile
+from aka.bench.stats import iqr, latency_stats, median, quantile
 from aka.bench.timing import GAP_QUANTILE, judge_windows
 from aka.core import BenchError, ProgressCallback, ProgressEvent, emit
 
@@ -31,6 +31,7 @@ __all__ = [
     "dominant_unit",
     "judge_performance",
     "scorer_ceilings",
+    "paired_gap_spread",
     "shape_costs",
     "shape_empty_gap",
 ]
@@ -160,6 +161,15 @@ def shape_empty_gap(start_gap_us: float, candidate: dict[str, list[float]]) -> f
     return max(start_gap_us, _empty_gap(paired))
 
 
+def paired_gap_spread(candidate: dict[str, list[float]]) -> float:
+    """Interquartile range of the empty call's gaps timed between one shape's samples (0: none)."""
+    pairs = zip(
+        candidate.get("empty_stream_us") or [], candidate.get("empty_device_us") or [], strict=True
+    )
+    gaps = [d - s for s, d in pairs]
+    return iqr(gaps) if len(gaps) >= 4 else 0.0
+
+
 def judge_performance(
     scorer: Scorer,
     run: _Run,
@@ -197,6 +207,7 @@ def judge_performance(
             item["candidate"]["stream_us"],
             item["candidate"]["device_us"],
             empty_gap_us=shape_empty_gap(empty_gap, item["candidate"]),
+            empty_spread_us=paired_gap_spread(item["candidate"]),
             abs_us=scorer.config.mismatch_abs_us,
             rel=scorer.config.mismatch_rel,
         )

@@ -187,3 +187,45 @@ def test_paired_sampling_interleaves_the_empty_kernel_and_splits_the_windows(
     # the candidate keeps its own sample count and budget: the empty kernel's come on top
     assert (seen["n"], seen["budget"], seen["min"]) == (200, 0.5, 20)
     assert seen["flush"] is session.flush
+
+
+def test_gap_allowance_grows_with_the_spread_of_the_paired_empty_gaps() -> None:
+    from aka.bench.performance import paired_gap_spread, shape_empty_gap
+
+    # A noisy host: the empty kernel's gaps beside the candidate's spread over 19-31 us.
+    noisy_gaps = [19.0, 20.0, 22.0, 25.0, 27.0, 29.0, 31.0, 24.0]
+    candidate = {
+        "stream_us": [5.0] * 8,
+        "device_us": [5.0 + 28.5] * 8,
+        "empty_stream_us": [3.0] * 8,
+        "empty_device_us": [3.0 + g for g in noisy_gaps],
+    }
+    spread = paired_gap_spread(candidate)
+    assert spread == pytest.approx(6.0)  # inclusive quartiles 21.5 and 27.5 of the gaps
+
+    base = shape_empty_gap(11.0, candidate)
+    fixed = judge_windows(
+        candidate["stream_us"], candidate["device_us"], empty_gap_us=base, abs_us=5.0, rel=0.1
+    )
+    adaptive = judge_windows(
+        candidate["stream_us"],
+        candidate["device_us"],
+        empty_gap_us=base,
+        abs_us=5.0,
+        rel=0.1,
+        empty_spread_us=spread,
+    )
+    assert fixed.mismatch and not adaptive.mismatch
+    assert adaptive.allowed_gap_us == pytest.approx(base + 2 * spread)
+    # work hidden on a side stream beyond the noise is still caught
+    cheat = {**candidate, "device_us": [5.0 + base + 2 * spread + 6.0] * 8}
+    assert judge_windows(
+        cheat["stream_us"],
+        cheat["device_us"],
+        empty_gap_us=base,
+        abs_us=5.0,
+        rel=0.1,
+        empty_spread_us=spread,
+    ).mismatch
+    # fewer than four paired samples: no spread term
+    assert paired_gap_spread({"empty_stream_us": [1.0] * 3, "empty_device_us": [9.0] * 3}) == 0.0

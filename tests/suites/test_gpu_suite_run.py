@@ -15,19 +15,19 @@ pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 
 
 def test_baselines_are_timed_checked_and_scored_with_holdout(tmp_path: Path) -> None:
-    config = BenchConfig(min_samples=20, max_samples=200, sample_budget_s=0.2)
+    config = BenchConfig(min_samples=5, max_samples=200, sample_budget_s=0.1, cold_recheck="never")
     scorer = Scorer(config, tmp_path / "cache", device="cuda")
     options = SuiteOptions(
         out_dir=tmp_path / "out",
         baselines=["eager", "torch_compile", "library"],
-        ops=["rms_norm", "attention_forward"],
+        ops=["rms_norm", "fused_add_rms_norm"],
         max_shapes=2,
         compile_max_shapes=1,
         holdout_seed=1234,
     )
     run = run_suite(scorer, load_suite("atrex30"), options)
     assert run.performance_measured and run.ceilings and run.device
-    for op in ("rms_norm", "attention_forward"):
+    for op in ("rms_norm", "fused_add_rms_norm"):
         for entrant in ("eager", "library"):
             result = run.result(entrant, op)
             assert result is not None and result.status == "ok", (entrant, op, result)
@@ -41,10 +41,5 @@ def test_baselines_are_timed_checked_and_scored_with_holdout(tmp_path: Path) -> 
         assert sum(s.s is not None for s in compiled.shapes) == 1  # --compile-max-shapes 1
     summary = {s.entrant: s for s in run.summary}
     assert summary["eager"].suite_score is not None and 0 < summary["eager"].suite_score <= 1
-    # The library path of attention (SDPA) beats the eager reference on its tune shapes.
-    lib, eager = (
-        run.result("library", "attention_forward"),
-        run.result("eager", "attention_forward"),
-    )
-    assert lib is not None and eager is not None
-    assert (lib.score("tune") or 0) > (eager.score("tune") or 0)
+    # The holdout shapes are generated from the seed: the run records its hash, never the seed.
+    assert run.holdout_seed_hash and "1234" not in run.holdout_seed_hash
