@@ -18,6 +18,18 @@ from aka.kb import Hit, KBFilter, Layer
 
 REPO = Path(__file__).resolve().parents[2]
 KERNELS_ROOT = REPO / "reference_kernels"
+#: The designs these tests were written against: the knowledge base keeps growing (issue #7), so the
+#: proposer's ordering and halving are tested on a pinned copy, not on whatever the tree holds now.
+PINNED = {
+    "norm": [
+        "rms_norm_rowwise",
+        "rms_norm_multirow",
+        "rms_norm_looped",
+        "layer_norm_rowwise",
+        "fused_add_rms_norm_rowwise",
+    ],
+    "activation": ["silu_and_mul_flat", "silu_and_mul_rowwise"],
+}
 EXAMPLES = REPO / "configs" / "examples"
 
 RMS_NORM = InputSignature(
@@ -36,6 +48,16 @@ RMS_NORM = InputSignature(
 )
 #: Synthetic scores (SOL fraction) per design: multirow is the best design on this "GPU".
 BASE_SCORE = {"rms_norm_rowwise": 0.5, "rms_norm_multirow": 0.6, "rms_norm_looped": 0.4}
+
+
+@pytest.fixture(scope="module")
+def kernels_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("kb") / "reference_kernels"
+    for family, ids in PINNED.items():
+        (root / "triton" / family).mkdir(parents=True)
+        for kid in ids:
+            shutil.copy(KERNELS_ROOT / "triton" / family / f"{kid}.py", root / "triton" / family)
+    return root
 
 
 def _sha(text: str) -> str:
@@ -160,8 +182,8 @@ def test_search_proposer_implements_the_protocol():
     assert isinstance(proposer, Proposer) and proposer.name == "search"
 
 
-def test_first_rounds_try_each_design_once_at_its_default_tuning():
-    proposer = SearchProposer(KERNELS_ROOT, RMS_NORM)
+def test_first_rounds_try_each_design_once_at_its_default_tuning(kernels_root):
+    proposer = SearchProposer(kernels_root, RMS_NORM)
     first, second = _run(proposer, 2)
     designs = [p.family for p in first + second]
     assert designs == [
@@ -181,8 +203,8 @@ def test_first_rounds_try_each_design_once_at_its_default_tuning():
     assert "op family 'norm' from the spec" in batch.notes
 
 
-def test_later_rounds_explore_tuning_around_the_best_scoring_designs():
-    rounds = _run(SearchProposer(KERNELS_ROOT, RMS_NORM), 6)
+def test_later_rounds_explore_tuning_around_the_best_scoring_designs(kernels_root):
+    rounds = _run(SearchProposer(kernels_root, RMS_NORM), 6)
     refine = [p for batch in rounds[2:] for p in batch]
     assert refine[0].family == "rms_norm_multirow"  # best score first
     assert all(p.family != "layer_norm_rowwise" for p in rounds[2])  # a wrong design waits
@@ -198,8 +220,8 @@ def test_later_rounds_explore_tuning_around_the_best_scoring_designs():
     assert len(keys) == len(set(keys))
 
 
-def test_forbidden_families_force_a_different_design():
-    proposer = SearchProposer(KERNELS_ROOT, RMS_NORM)
+def test_forbidden_families_force_a_different_design(kernels_root):
+    proposer = SearchProposer(kernels_root, RMS_NORM)
     history: list[CandidateRecord] = []
     for r in (1, 2):
         batch = proposer.propose(_ctx(history, round=r))
@@ -210,8 +232,8 @@ def test_forbidden_families_force_a_different_design():
     assert forced.proposals and all(p.family != "rms_norm_multirow" for p in forced.proposals)
 
 
-def test_tried_sources_are_never_proposed_again():
-    proposer = SearchProposer(KERNELS_ROOT, RMS_NORM)
+def test_tried_sources_are_never_proposed_again(kernels_root):
+    proposer = SearchProposer(kernels_root, RMS_NORM)
     first = proposer.propose(_ctx([], round=1)).proposals
     ctx = _ctx([], round=1)
     ctx.tried_sources = [_sha(first[0].source or "")]  # e.g. a record masked by a dropout
@@ -220,37 +242,37 @@ def test_tried_sources_are_never_proposed_again():
     assert again[0].source == first[1].source
 
 
-def test_proposals_are_a_pure_function_of_the_context():
+def test_proposals_are_a_pure_function_of_the_context(kernels_root):
     history: list[CandidateRecord] = []
     for r in (1, 2, 3):
-        a = SearchProposer(KERNELS_ROOT, RMS_NORM).propose(_ctx(history, round=r))
-        b = SearchProposer(KERNELS_ROOT, RMS_NORM).propose(_ctx(history, round=r))  # a resume
+        a = SearchProposer(kernels_root, RMS_NORM).propose(_ctx(history, round=r))
+        b = SearchProposer(kernels_root, RMS_NORM).propose(_ctx(history, round=r))  # a resume
         assert [(p.family, p.params, p.source) for p in a.proposals] == [
             (p.family, p.params, p.source) for p in b.proposals
         ]
         history += [_record(p, r, i) for i, p in enumerate(a.proposals)]
 
 
-def test_without_measurements_designs_rank_by_correctness_and_retrieval_order():
-    rounds = _run(SearchProposer(KERNELS_ROOT, RMS_NORM), 3, measured=False)
+def test_without_measurements_designs_rank_by_correctness_and_retrieval_order(kernels_root):
+    rounds = _run(SearchProposer(kernels_root, RMS_NORM), 3, measured=False)
     # no scores: the first-ranked correct design is refined, not the (unknown) fastest one
     assert {p.family for p in rounds[2]} <= {"rms_norm_looped", "rms_norm_multirow"}
     assert rounds[2][0].family == "rms_norm_looped"
     note = "performance is not measured: designs rank by correctness and retrieval"
-    batch = SearchProposer(KERNELS_ROOT, RMS_NORM).propose(_ctx([], round=1, measured=False))
+    batch = SearchProposer(kernels_root, RMS_NORM).propose(_ctx([], round=1, measured=False))
     assert note in batch.notes
 
 
-def test_a_retriever_orders_the_designs():
+def test_a_retriever_orders_the_designs(kernels_root):
     retriever = FakeRetriever(["rms_norm_rowwise", "layer_norm_rowwise"])
-    batch = SearchProposer(KERNELS_ROOT, RMS_NORM, retriever=retriever).propose(_ctx([], round=1))
+    batch = SearchProposer(kernels_root, RMS_NORM, retriever=retriever).propose(_ctx([], round=1))
     assert [p.family for p in batch.proposals] == ["rms_norm_rowwise", "layer_norm_rowwise"]
     query, filters = retriever.queries[0]
     assert "rms_norm" in query and filters == KBFilter(op_family="norm", kind="kernel")
 
 
-def test_the_family_is_inferred_when_the_spec_has_none():
-    batch = SearchProposer(KERNELS_ROOT, RMS_NORM).propose(_ctx([], round=1, op_family=None))
+def test_the_family_is_inferred_when_the_spec_has_none(kernels_root):
+    batch = SearchProposer(kernels_root, RMS_NORM).propose(_ctx([], round=1, op_family=None))
     assert any(n.startswith("op family inferred: 'norm'") for n in batch.notes)
     assert {p.family for p in batch.proposals} <= {"rms_norm_looped", "rms_norm_multirow"}
 
@@ -269,12 +291,13 @@ def test_an_exhausted_space_gives_an_empty_batch(tmp_path):
     assert last.proposals == [] and any("nothing left to try" in n for n in last.notes)
 
 
-def test_a_family_without_kernels_gives_an_empty_batch():
-    batch = SearchProposer(KERNELS_ROOT, RMS_NORM, op_family="scan").propose(_ctx([], round=1))
+def test_a_family_without_kernels_gives_an_empty_batch(kernels_root):
+    # the pinned copy holds no scan kernels (the tree does since issue #7)
+    batch = SearchProposer(kernels_root, RMS_NORM, op_family="scan").propose(_ctx([], round=1))
     assert batch.proposals == [] and any("designs of family 'scan'" in n for n in batch.notes)
 
 
-def test_designs_that_never_passed_retry_their_knobs_in_turn():
+def test_designs_that_never_passed_retry_their_knobs_in_turn(kernels_root):
     silu = InputSignature(
         problem_name="silu_and_mul",
         shape_id="s",
@@ -286,7 +309,7 @@ def test_designs_that_never_passed_retry_their_knobs_in_turn():
         output_kind="tensor",
         outputs=[TensorInfo(name="0", shape=[8, 1000], dtype="bf16")],
     )
-    proposer = SearchProposer(KERNELS_ROOT, silu, op_family="activation")
+    proposer = SearchProposer(kernels_root, silu, op_family="activation")
     first = proposer.propose(_ctx([], round=1, measured=False)).proposals
     assert {p.params["round_act"] for p in first} == {True}  # the headers' defaults
     failed = [
