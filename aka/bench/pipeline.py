@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -55,6 +56,8 @@ _FAILURE_KINDS = {v.value: v for v in Verdict}
 _CRASH_SIGNALS = {4, 6, 7, 8, 11}  # SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV
 _SIGKILL, _SIGXCPU = 9, 24
 _MAX_POISON_BYTES = 1 << 30
+#: RLIMIT_FSIZE of workers that run trusted problem code only (the reference, the baselines).
+_TRUSTED_FILE_LIMIT_MB = 1 << 20
 
 
 def _now() -> str:
@@ -445,6 +448,8 @@ class Scorer:
         timeout_s: float,
         progress: ProgressCallback | None,
         total: int,
+        *,
+        file_limit_mb: int | None = None,
     ) -> Any:
         def relay(event: dict[str, Any]) -> None:
             if "shape_id" in event:
@@ -460,10 +465,13 @@ class Scorer:
                     ),
                 )
 
+        config = self.config
+        if file_limit_mb is not None:
+            config = config.model_copy(update={"file_size_limit_mb": file_limit_mb})
         return start_worker(
             task,
             files,
-            config=self.config,
+            config=config,
             interpret=self.cpu,
             gpu_index=None if self.cpu else self.gpu_index,
             timeout_s=timeout_s,
@@ -509,7 +517,16 @@ class Scorer:
             BaselineError: The worker reports a failure (``what`` failed, with its traceback).
             SandboxError: The worker could not be started.
         """
-        handle = self._start(task, {}, self.config.worker_timeout_s, progress, total)
+        # Trusted code writes the reference's tensors for every shape and seed: a holdout shape
+        # can legitimately pass the untrusted workers' file-size limit (RLIMIT_FSIZE).
+        handle = self._start(
+            task,
+            {},
+            self.config.worker_timeout_s,
+            progress,
+            total,
+            file_limit_mb=_TRUSTED_FILE_LIMIT_MB,
+        )
         try:
             outcome = handle.finish()
             result = outcome.result or {}
@@ -523,6 +540,19 @@ class Scorer:
             yield result, outcome
         finally:
             handle.cleanup()
+
+    def _candidate_file_limit_mb(self, ref: _Reference, run: _Run) -> int:
+        """The candidate worker's RLIMIT_FSIZE, in MB.
+
+        The configured limit, or room for twice the largest output the reference produced (a
+        candidate writes the same tensors), whichever is larger.
+        """
+        wanted = {s.id for s in run.shapes}
+        largest = max(
+            (_output_bytes(ref, sid, seed) for sid, seed in ref.outputs if sid in wanted),
+            default=0,
+        )
+        return max(self.config.file_size_limit_mb, math.ceil(2 * largest / 2**20) + 64)
 
     @staticmethod
     def _exit_text(outcome: WorkerOutcome) -> str:
@@ -550,6 +580,7 @@ class Scorer:
             self.config.worker_timeout_s,
             progress,
             len(run.shapes),
+            file_limit_mb=self._candidate_file_limit_mb(ref, run),
         )
         try:
             handle.wait_for_stage("correctness_done")

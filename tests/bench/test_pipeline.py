@@ -250,3 +250,27 @@ def test_weights_are_shared_with_the_reference(
     )
     assert result.verdict is Verdict.ACCEPTED, result.failure
     assert result.manifest.weights_mode == mode
+
+
+def test_file_size_limit_scales_with_the_reference_outputs(tmp_path: Path) -> None:
+    # The workers' RLIMIT_FSIZE guards the disk from untrusted code; it must not fail the trusted
+    # reference (whose tensors for a large holdout shape can pass it: seen on the H200 with fp8
+    # problems at 4 GiB) nor an honest candidate writing outputs of the same size.
+    import shutil
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "problems" / "residual_add"
+    problem_dir = tmp_path / "residual_add"
+    shutil.copytree(fixture, problem_dir)
+    op = problem_dir / "op.yaml"
+    op.write_text(
+        op.read_text().replace(
+            "{id: smoke_r9_h300, input_kwargs: {rows: 9, hidden: 300}, split: smoke}",
+            "{id: smoke_r1100_h300, input_kwargs: {rows: 1100, hidden: 300}, split: smoke}",
+        )
+    )
+    problem = load_problem(op)
+    assert [s.id for s in problem.shapes] == ["smoke_r1100_h300"]
+    # each output file holds y and the updated residual: 2 x 1100 x 300 fp32 = 2.6 MB > 1 MB
+    scorer = Scorer(BenchConfig(file_size_limit_mb=1), tmp_path / "cache", device="cpu")
+    result = scorer.evaluate(problem, (problem_dir / "candidate.py").read_text())
+    assert result.verdict is Verdict.ACCEPTED, result.message
