@@ -1,10 +1,11 @@
-"""gated_rms_norm via torch.nn.functional.rms_norm and F.silu / torch.sigmoid, in bf16.
+"""gated_rms_norm via torch.nn.functional.rms_norm and F.silu / torch.sigmoid, in fp32.
 
-The library baseline: one fused F.rms_norm call (fp32 math inside) and one gate activation on
-the bf16 inputs, multiplied in bf16: three kernels where the reference runs a dozen fp32 ones.
-Each step rounds to bf16 (up to four roundings against the reference's one, under 0.8% relative
-in the worst case), inside bf16's 1% tolerance. Without ``norm_before_gate`` the gated input
-x * act(z) is formed in bf16 first and then normalised, as in the reference's order.
+The library baseline: one fused F.rms_norm call and one gate activation, on fp32 copies of the
+bf16 inputs, rounded to bf16 once at the end, as the reference does. An all-bf16 version (F.rms_norm
+on bf16, the gate and the product in bf16) rounds four or five times and was 2 bf16 ulps (1.2%)
+off the reference on 3 of 45 million elements of the first tune shape on the H200, outside the 1%
+tolerance. Without ``norm_before_gate`` the gated input x * act(z) is normalised, in the
+reference's order.
 """
 
 import torch
@@ -26,7 +27,10 @@ class Model(torch.nn.Module):
 
     def forward(self, x, weight, z):
         """x, z (rows, H) bf16; weight (H) bf16 -> (rows, H) bf16."""
-        gate = torch.sigmoid(z) if self.activation == "sigmoid" else F.silu(z)
+        x32, z32, w32 = x.float(), z.float(), weight.float()
+        gate = torch.sigmoid(z32) if self.activation == "sigmoid" else F.silu(z32)
         if self.norm_before_gate:
-            return F.rms_norm(x, (x.shape[-1],), weight, self.eps) * gate
-        return F.rms_norm(x * gate, (x.shape[-1],), weight, self.eps)
+            out = F.rms_norm(x32, (x.shape[-1],), w32, self.eps) * gate
+        else:
+            out = F.rms_norm(x32 * gate, (x.shape[-1],), w32, self.eps)
+        return out.to(x.dtype)
