@@ -229,6 +229,9 @@ def _probe(
         args, kwargs = rt.make_inputs(shape, fresh)
         pristine = clone_inputs(args, kwargs)
         real = _run_one(model, rt, shape, fresh, in_place, poison, inputs=(args, kwargs))
+        # An in-place operator's answer lives in its inputs (and an output may alias them): keep
+        # a copy before the inputs are restored for the ghost call, or both would show them.
+        _detach_from_inputs(real, args, kwargs)
         _restore(args, kwargs, pristine)
         with guard.ghosted():
             ghost = _run_one(model, rt, shape, fresh, in_place, poison, inputs=(args, kwargs))
@@ -238,6 +241,18 @@ def _probe(
     except BaseException as err:  # noqa: BLE001 - a ghost call may fail: the kernels mattered
         out["errors"]["ghost"] = f"{type(err).__name__}: {err}"
     return out
+
+
+def _detach_from_inputs(call: CallFacts, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Replace ``call``'s outputs and in-place tensors that share memory with an input by copies."""
+    import torch
+
+    inputs = [t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)]
+    storages = {t.untyped_storage().data_ptr() for t in inputs}
+    for store in (call.tensors, call.inplace):
+        for key, value in store.items():
+            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in storages:
+                store[key] = value.clone()
 
 
 def _restore(

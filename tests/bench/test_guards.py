@@ -253,3 +253,20 @@ def test_host_clock_cross_check_flags() -> None:
     ]
     assert host_flags({"host_us": [400.0] * 9}, floor, device_median_us=20.0) == ["host_gap"]
     assert host_flags({}, floor, device_median_us=20.0) == []
+
+
+def test_an_in_place_only_operator_is_engaged(cpu_scorer: Scorer) -> None:
+    # Its only output is the input it updates in place (as reshape_and_cache): the ghost probe
+    # must compare with the real call's answer, not with the inputs restored for the ghost call.
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "problems" / "cache_write"
+    problem = load_problem(fixture / "op.yaml")
+    result = cpu_scorer.evaluate(problem, (fixture / "candidate.py").read_text())
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    # a kernel that runs but writes each slot back unchanged is still caught
+    lazy = (
+        (fixture / "candidate.py")
+        .read_text()
+        .replace("tl.load(x_ptr + row * hidden + offs", "tl.load(cache_ptr + slot * hidden + offs")
+    )
+    assert "x_ptr + row" not in lazy
+    assert cpu_scorer.evaluate(problem, lazy).verdict is Verdict.WRONG_OUTPUT
