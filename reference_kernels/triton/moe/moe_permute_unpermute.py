@@ -1,0 +1,260 @@
+"""
+---
+id: moe_permute_unpermute
+title: MoE permute of token rows into expert-contiguous order, and the weighted unpermute back
+op_family: moe
+dsl: triton
+vendor: nvidia
+arch: [sm_80, sm_90]
+dtypes: [bf16, fp16, fp32]
+bound: memory
+techniques: [row-gather, inverse-permutation-scatter, expert-contiguous-layout,
+  weighted-gather-combine, unrolled-slot-loop, fp32-accumulate]
+status: reference
+launcher: moe_permute
+tuning:
+  block_r: [4, 1, 8]
+  block_h: [512, 128, 1024]
+  num_warps: [4, 2, 8]
+args:
+  hidden: {shape: [T, H], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, x]}
+  topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
+  num_experts: {type: int, aliases: [E, n_experts]}
+returns:
+  - {name: permuted, shape: [T*TOPK, H], dtype: hidden}
+  - {name: dest_of_pair, shape: [T*TOPK], dtype: int32}
+  - {name: expert_offsets, shape: [num_experts + 1], dtype: int64}
+measured: []
+---
+The data movement around a grouped-GEMM MoE without padding (the layout CUTLASS grouped GEMMs and
+DeepEP consume). moe_permute copies each routed pair's hidden row into an expert-contiguous buffer:
+the host takes a stable argsort of the flat expert ids (pair p = t * k + j lands after every pair of
+a lower expert and after earlier pairs of its own expert) and the offsets of each expert's run; one
+program per (BLOCK_R destination rows, BLOCK_H columns) gathers its source rows hidden[src // k]
+and stores them contiguously, and the programs of the first column tile also scatter the inverse
+map dest_of_pair[src] = dest, so the way back needs no search. moe_unpermute (the second kernel)
+gives out[t] = scale * sum_j w[t, j] * expert_out[dest_of_pair[t * k + j]]: one program per
+(BLOCK_R tokens, BLOCK_H columns) with an unrolled loop over the k slots, fp32 sums, one rounding.
+Bytes: permute reads H elements per pair (a token's row is read k times, from L2 after the first)
+and writes H; unpermute reads k rows and writes one per token; both stream at HBM bandwidth with
+16-byte vector rows. Limits: the argsort runs in torch (one sort of T * k ints, not fused); rows
+are gathered, so H should be a multiple of 8 (bf16) for full vectorisation; no fp8 quantisation
+on the way in (a fused quantising permute would save a pass).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _moe_permute_kernel(
+    x_ptr,  # (T, H)
+    src_ptr,  # int32 (P,) source pair of each destination row
+    out_ptr,  # (P, H)
+    dest_of_pair_ptr,  # int32 (P,) the inverse map, written by column tile 0
+    P,
+    H,
+    stride_xt,
+    stride_op,
+    TOP_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_r = offs_r < P
+    src = tl.load(src_ptr + offs_r, mask=mask_r, other=0)
+    mask = mask_r[:, None] & (offs_h < H)[None, :]
+    rows = tl.load(x_ptr + (src // TOP_K).to(tl.int64)[:, None] * stride_xt + offs_h[None, :],
+                   mask=mask, other=0.0)  # fmt: skip
+    tl.store(out_ptr + offs_r.to(tl.int64)[:, None] * stride_op + offs_h[None, :], rows, mask=mask)
+    if tl.program_id(1) == 0:
+        tl.store(dest_of_pair_ptr + src, offs_r, mask=mask_r)
+
+
+@triton.jit
+def _moe_unpermute_kernel(
+    y_ptr,  # (P, H) expert outputs in permuted order
+    dest_of_pair_ptr,  # int32 (P,)
+    w_ptr,  # fp32 (T, TOP_K) routing weights
+    out_ptr,  # (T, H)
+    T,
+    H,
+    scale,
+    stride_yp,
+    stride_ot,
+    TOP_K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    offs_t = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_t = offs_t < T
+    mask = mask_t[:, None] & (offs_h < H)[None, :]
+    acc = tl.zeros((BLOCK_R, BLOCK_H), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        pair = offs_t * TOP_K + j
+        dest = tl.load(dest_of_pair_ptr + pair, mask=mask_t, other=0)
+        w = tl.load(w_ptr + pair, mask=mask_t, other=0.0)
+        y = tl.load(y_ptr + dest.to(tl.int64)[:, None] * stride_yp + offs_h[None, :], mask=mask,
+                    other=0.0)  # fmt: skip
+        acc += y.to(tl.float32) * w[:, None]
+    o_ptrs = out_ptr + offs_t.to(tl.int64)[:, None] * stride_ot + offs_h[None, :]
+    tl.store(o_ptrs, (acc * scale).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch_config(h: int) -> dict[str, int]:
+    """Return up to 1024 columns per program and rows stacked to ~4K elements."""
+    block_h = min(1024, triton.next_power_of_2(h))
+    return {"block_r": max(1, min(8, 4096 // block_h)), "block_h": block_h, "num_warps": 4}
+
+
+def _config(h: int, given: dict[str, int | None]) -> dict[str, int]:
+    cfg = _launch_config(h)
+    cfg.update({key: value for key, value in given.items() if value is not None})
+    return cfg
+
+
+def moe_permute(
+    hidden: torch.Tensor,
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    *,
+    block_r: int | None = None,
+    block_h: int | None = None,
+    num_warps: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return (permuted rows, dest_of_pair, expert_offsets) for an expert-contiguous layout.
+
+    Args:
+        hidden: (T, H) bf16/fp16/fp32, rows contiguous.
+        topk_ids: (T, k) int32 expert ids in [0, num_experts).
+        num_experts: E.
+        block_r: Destination rows per program; None picks by H.
+        block_h: Columns per program (power of two); None picks by H.
+        num_warps: Warps per program; None = 4.
+
+    Returns:
+        permuted: (T * k, H), rows of expert e at [expert_offsets[e], expert_offsets[e + 1]);
+        dest_of_pair: int32 (T * k,), the row of pair t * k + j in ``permuted``;
+        expert_offsets: int64 (E + 1,), the exclusive prefix sum of the per-expert counts.
+
+    Raises:
+        ValueError: The shapes do not fit.
+    """
+    if hidden.dim() != 2 or topk_ids.dim() != 2 or topk_ids.shape[0] != hidden.shape[0]:
+        raise ValueError(f"need hidden (T, H) and topk_ids (T, k); got {tuple(hidden.shape)}, "
+                         f"{tuple(topk_ids.shape)}")  # fmt: skip
+    t, h = hidden.shape
+    k = topk_ids.shape[1]
+    flat = topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True).to(torch.int32)  # source pair of each dest row
+    counts = torch.bincount(flat, minlength=num_experts)
+    if counts.numel() != num_experts:
+        raise ValueError(f"topk_ids hold ids >= num_experts = {num_experts}")
+    offsets = torch.zeros(num_experts + 1, dtype=torch.int64, device=hidden.device)
+    offsets[1:] = torch.cumsum(counts, 0)
+    permuted = torch.empty((t * k, h), dtype=hidden.dtype, device=hidden.device)
+    dest = torch.empty((t * k,), dtype=torch.int32, device=hidden.device)
+    if t * k == 0 or h == 0:
+        return permuted, dest, offsets
+    cfg = _config(h, {"block_r": block_r, "block_h": block_h, "num_warps": num_warps})
+    x = hidden if hidden.stride(1) == 1 else hidden.contiguous()
+    grid = (triton.cdiv(t * k, cfg["block_r"]), triton.cdiv(h, cfg["block_h"]))
+    _moe_permute_kernel[grid](
+        x, order, permuted, dest, t * k, h, x.stride(0), permuted.stride(0),
+        TOP_K=k, BLOCK_R=cfg["block_r"], BLOCK_H=cfg["block_h"], num_warps=cfg["num_warps"],
+    )  # fmt: skip
+    return permuted, dest, offsets
+
+
+def moe_unpermute(
+    expert_out: torch.Tensor,
+    dest_of_pair: torch.Tensor,
+    topk_weights: torch.Tensor,
+    routed_scaling_factor: float = 1.0,
+    *,
+    block_r: int | None = None,
+    block_h: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Return out (T, H) = scale * sum_j topk_weights[t, j] * expert_out[dest_of_pair[t*k + j]].
+
+    Args:
+        expert_out: (T * k, H) rows in the permuted order, rows contiguous.
+        dest_of_pair: int32 (T * k,) from moe_permute.
+        topk_weights: (T, k) routing weights (computed in fp32).
+        routed_scaling_factor: Multiplies the sum.
+        block_r: Tokens per program; None picks by H.
+        block_h: Columns per program (power of two); None picks by H.
+        num_warps: Warps per program; None = 4.
+
+    Returns:
+        out: (T, H) in ``expert_out``'s dtype.
+
+    Raises:
+        ValueError: The shapes do not fit.
+    """
+    t, k = topk_weights.shape
+    if expert_out.dim() != 2 or expert_out.shape[0] != t * k or dest_of_pair.numel() != t * k:
+        raise ValueError(
+            f"need expert_out ({t * k}, H) and dest_of_pair ({t * k},) for weights ({t}, {k}); "
+            f"got {tuple(expert_out.shape)}, {tuple(dest_of_pair.shape)}"
+        )
+    if topk_weights.dtype != torch.float32 or dest_of_pair.dtype != torch.int32:
+        raise ValueError(f"need fp32 topk_weights and int32 dest_of_pair; got "
+                         f"{topk_weights.dtype}, {dest_of_pair.dtype}")  # fmt: skip
+    h = expert_out.shape[1]
+    out = torch.empty((t, h), dtype=expert_out.dtype, device=expert_out.device)
+    if t == 0 or h == 0:
+        return out
+    cfg = _config(h, {"block_r": block_r, "block_h": block_h, "num_warps": num_warps})
+    y = expert_out if expert_out.stride(1) == 1 else expert_out.contiguous()
+    grid = (triton.cdiv(t, cfg["block_r"]), triton.cdiv(h, cfg["block_h"]))
+    _moe_unpermute_kernel[grid](
+        y, dest_of_pair, topk_weights.contiguous(), out, t, h,
+        float(routed_scaling_factor), y.stride(0), out.stride(0),
+        TOP_K=k, BLOCK_R=cfg["block_r"], BLOCK_H=cfg["block_h"], num_warps=cfg["num_warps"],
+    )  # fmt: skip
+    return out
+
+
+def reference(
+    hidden: torch.Tensor, topk_ids: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return the permute by a stable sort and index_select, and its inverse and offsets."""
+    flat = topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    dest = torch.empty_like(order)
+    dest[order] = torch.arange(order.numel(), device=order.device)
+    counts = torch.bincount(flat, minlength=num_experts)
+    offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return hidden[order // topk_ids.shape[1]], dest.to(torch.int32), offsets
+
+
+def reference_unpermute(
+    expert_out: torch.Tensor,
+    dest_of_pair: torch.Tensor,
+    topk_weights: torch.Tensor,
+    routed_scaling_factor: float = 1.0,
+) -> torch.Tensor:
+    """Return the weighted combine in fp32, cast to expert_out's dtype."""
+    t, k = topk_weights.shape
+    rows = expert_out.float()[dest_of_pair.long()].view(t, k, -1)
+    out = (rows * topk_weights.float()[:, :, None]).sum(1) * routed_scaling_factor
+    return out.to(expert_out.dtype)
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
+    """Return ``{"hidden", "topk_ids", "num_experts"}`` for a routing shape.
+
+    ``shape = {"tokens", "hidden", "experts", "top_k"}``: hidden ~ N(0, 1), ids uniform (repeats
+    allowed).
+    """
+    t, h, e, k = shape["tokens"], shape["hidden"], shape["experts"], shape["top_k"]
+    return {
+        "hidden": torch.randn(t, h, device=device).to(dtype),
+        "topk_ids": torch.randint(0, e, (t, k), device=device, dtype=torch.int32),
+        "num_experts": e,
+    }
