@@ -10,6 +10,13 @@ checks of test_quantization_k3 (the interpreter mis-rounds some fp32 -> e4m3 cas
 import pytest
 import torch
 
+from tests.reference_kernels.fp8_checks import (
+    check_dequant as _check_dequant,
+)
+from tests.reference_kernels.fp8_checks import (
+    check_fp8 as _check_fp8,
+)
+
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
 
@@ -27,34 +34,6 @@ def _check(out, ref, dtype=torch.float32, tol=None):
         torch.testing.assert_close(o.float(), r.float(), atol=atol, rtol=rtol)
         assert r.float().norm() > 0
         assert (o.float() - r.float()).norm() <= rtol * r.float().norm() + atol
-
-
-def _e4m3_step(v: torch.Tensor) -> torch.Tensor:
-    """Spacing of float8_e4m3fn values around |v| (3 mantissa bits; subnormal step 2^-9)."""
-    return torch.exp2(torch.floor(torch.log2(v.abs().clamp(min=2.0**-6))) - 3)
-
-
-def _check_fp8(q: torch.Tensor, ref_q: torch.Tensor) -> torch.Tensor:
-    """Assert q matches ref_q as test_quantization_k3 does; return the lost-carry mask."""
-    assert q.dtype == torch.float8_e4m3fn and q.shape == ref_q.shape
-    a, b = q.float(), ref_q.float()
-    assert torch.isfinite(a).all()
-    off = a != b
-
-    def near(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # within one e4m3 step
-        return (u - v).abs() <= _e4m3_step(torch.maximum(u.abs(), v.abs()))
-
-    lost_carry = off & (torch.frexp(a).mantissa.abs() == 0.5) & near(2 * a, b)
-    one_step = off & ~lost_carry & near(a, b)
-    assert (off == (lost_carry | one_step)).all(), "an fp8 value is off by more than one step"
-    assert one_step.float().mean() <= 0.05 and lost_carry.float().mean() <= 0.12
-    return lost_carry
-
-
-def _check_dequant(q, scale, target, skip, rel=0.07):
-    """Whole-output check: q * scale reproduces the target to fp8 precision (~1/16 relative)."""
-    deq = torch.where(skip, target.float(), q.float() * scale)
-    assert (deq - target.float()).norm() <= rel * target.float().norm()
 
 
 def _clone(inputs: dict) -> dict:

@@ -10,6 +10,8 @@ as values with that error allowed (see _check_fp8), as in test_quantization_k3.
 import pytest
 import torch
 
+from tests.reference_kernels.fp8_checks import check_fp8 as _check_fp8
+
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1e-2)}
 DOUBLE_ROUNDING_BF16 = (2e-2, 2e-2)
 ROWS = [{"rows": 3, "hidden": 1000}, {"rows": 33, "hidden": 64}, {"rows": 1, "hidden": 129}]
@@ -117,28 +119,6 @@ CASES = [
     for shape in shapes
     for dtype in dtypes
 ]
-
-
-def _e4m3_step(v: torch.Tensor) -> torch.Tensor:
-    """Spacing of float8_e4m3fn values around |v| (3 mantissa bits; subnormal step 2^-9)."""
-    return torch.exp2(torch.floor(torch.log2(v.abs().clamp(min=2.0**-6))) - 3)
-
-
-def _check_fp8(q: torch.Tensor, ref_q: torch.Tensor) -> torch.Tensor:
-    """Assert q matches ref_q up to one e4m3 step or a lost carry; return the lost-carry mask."""
-    assert q.dtype == torch.float8_e4m3fn and q.shape == ref_q.shape
-    a, b = q.float(), ref_q.float()
-    assert torch.isfinite(a).all()
-    off = a != b
-
-    def near(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return (u - v).abs() <= _e4m3_step(torch.maximum(u.abs(), v.abs()))
-
-    lost_carry = off & (torch.frexp(a).mantissa.abs() == 0.5) & near(2 * a, b)
-    one_step = off & ~lost_carry & near(a, b)
-    assert (off == (lost_carry | one_step)).all(), "an fp8 value is off by more than allowed"
-    assert one_step.float().mean() <= 0.05 and lost_carry.float().mean() <= 0.12
-    return lost_carry
 
 
 def _close(out: torch.Tensor, ref: torch.Tensor, tol: tuple[float, float]) -> None:

@@ -11,41 +11,15 @@ those elements out).
 import pytest
 import torch
 
+from tests.reference_kernels.fp8_checks import (
+    check_dequant as _check_dequant,
+)
+from tests.reference_kernels.fp8_checks import (
+    check_fp8 as _check_fp8,
+)
+
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
-
-
-def _e4m3_step(v: torch.Tensor) -> torch.Tensor:
-    """Spacing of float8_e4m3fn values around |v| (3 mantissa bits; subnormal step 2^-9)."""
-    exponent = torch.floor(torch.log2(v.abs().clamp(min=2.0**-6)))
-    return torch.exp2(exponent - 3)
-
-
-def _check_fp8(q: torch.Tensor, ref_q: torch.Tensor) -> torch.Tensor:
-    """Assert q matches ref_q up to the allowed errors; return the mask of lost-carry elements."""
-    assert q.dtype == torch.float8_e4m3fn and q.shape == ref_q.shape
-    a, b = q.float(), ref_q.float()
-    assert torch.isfinite(a).all()
-    off = a != b
-
-    def near(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # within one e4m3 step
-        return (u - v).abs() <= _e4m3_step(torch.maximum(u.abs(), v.abs()))
-
-    # a is a power of two whose double is b (or b's neighbour, when the inputs differ slightly)
-    lost_carry = off & (torch.frexp(a).mantissa.abs() == 0.5) & near(2 * a, b)
-    one_step = off & ~lost_carry & near(a, b)
-    assert (off == (lost_carry | one_step)).all(), (
-        "an fp8 value is off by more than the allowed error"
-    )
-    assert one_step.float().mean() <= 0.05, f"{one_step.float().mean():.3f} one step off"
-    assert lost_carry.float().mean() <= 0.12, f"{lost_carry.float().mean():.3f} lost carries"
-    return lost_carry
-
-
-def _check_dequant(q, scale, target, skip, rel=0.07):
-    # whole-output check: q * scale must reproduce the target to fp8 precision (~1/16 relative)
-    deq = torch.where(skip, target.float(), q.float() * scale)
-    assert (deq - target.float()).norm() <= rel * target.float().norm()
 
 
 def _close(out, ref, dtype):
