@@ -1,0 +1,172 @@
+"""Which problems accept each reference kernel, and (on a GPU) its measured time and SOL fraction.
+
+Issue #7: a reference kernel counts once the scorer accepts it on a problem, every kernel runs on
+the H200 at least once, and the most important carry ``measured:`` entries written by the scorer.
+For each kernel (``reference_kernels/``) and each problem it may serve (``aka.kb.measured.
+candidate_problems``: the atrex30 operators and the example problems of its family, or whose name
+its id contains), the kernel is adapted at its default tuning (``aka.agent.adapt``) and scored
+(``Scorer.evaluate``: smoke shapes on the CPU; on a GPU the first ``--max-shapes`` tune shapes,
+timed). Pairs the adapter cannot map are counted, not scored. ``--write-measured`` (GPU only) puts
+the scorer's entries into the kernel headers.
+
+Prints per kernel its verdicts and a summary (kernels accepted on at least one problem); writes a
+JSON file (device, date, versions, every pair's verdict, message and per-shape time and S), rewritten
+after every pair so a call cut off by its time limit keeps what it finished.
+
+    python benchmarks/kb_acceptance.py --device cpu --kernels rms_norm_rowwise,gemm_tiled --out DIR
+    PYTHONPATH=$PWD python3 benchmarks/kb_acceptance.py --device cuda --write-measured --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _problems() -> list[tuple[str, Any]]:
+    """(where from, problem): the atrex30 operators, then the example problems."""
+    from aka.spec import load_problem, load_suite
+
+    suite = load_suite("atrex30")
+    problems = [("atrex30", suite.problem(o.name)) for o in suite.operators]
+    for op in sorted((REPO / "configs" / "examples").glob("*/op.yaml")):
+        problems.append(("examples", load_problem(op)))
+    return problems
+
+
+def _shape_ids(problem: Any, cpu: bool, max_shapes: int) -> list[str] | None:
+    if cpu:
+        return None  # the scorer's default: smoke shapes
+    from aka.bench.suite_run import spread
+    from aka.spec import Split
+
+    tune = [s for s in problem.shapes if s.split is Split.TUNE]
+    return [s.id for s in spread(tune, max_shapes)] if tune else None
+
+
+def _row(kernel: str, origin: str, problem: str, result: Any) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "problem": f"{origin}/{problem}",
+        "verdict": result.verdict.value,
+        "message": (result.failure.message[:300] if result.failure else None),
+        "score": result.score,
+        "shapes": [
+            {
+                "shape": s.shape_id,
+                "verdict": s.verdict.value,
+                "latency_us": s.latency_us.median if s.latency_us else None,
+                "t_sol_us": s.t_sol_us,
+                "s": s.sol_fraction,
+            }
+            for s in result.shapes
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep; return the exit code."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--kernels", default="", help="Comma-separated kernel ids (default: all).")
+    parser.add_argument("--max-shapes", type=int, default=3, help="Tune shapes per problem (GPU).")
+    parser.add_argument("--write-measured", action="store_true", help="GPU: update headers.")
+    parser.add_argument("--deadline-s", type=float, default=0.0, help="Start no pair after this.")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    if args.write_measured and args.device != "cuda":
+        parser.error("--write-measured needs --device cuda (the CPU times nothing)")
+
+    from aka.agent.adapt import AdaptError, adapt_kernel
+    from aka.bench import Scorer
+    from aka.core import BenchConfig
+    from aka.hardware import library_versions
+    from aka.kb import load_kernels
+    from aka.kb.measured import candidate_problems, measured_entries, write_measured
+
+    kernels, problems_found = load_kernels(REPO / "reference_kernels")
+    if problems_found:
+        print("\n".join(problems_found), file=sys.stderr)
+        return 2
+    wanted = {k.strip() for k in args.kernels.split(",") if k.strip()}
+    kernels = [k for k in kernels if not wanted or k.meta.id in wanted]
+    if wanted - {k.meta.id for k in kernels}:
+        parser.error(f"unknown kernels: {sorted(wanted - {k.meta.id for k in kernels})}")
+    cpu = args.device == "cpu"
+    config = BenchConfig(min_samples=10, max_samples=200, sample_budget_s=0.1, cold_recheck="never")
+    scorer = Scorer(config, Path("/tmp/aka-kb-acceptance-cache"), device=args.device)
+    problems = _problems()
+    origin = {id(p): where for where, p in problems}
+    signatures: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    unmapped = 0
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / f"kb_acceptance_{args.device}.json"
+
+    def dump() -> None:
+        target.write_text(
+            json.dumps(
+                {
+                    "benchmark": "kb_acceptance",
+                    "device": args.device,
+                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "versions": library_versions(),
+                    "kernels": len(kernels),
+                    "unmapped_pairs": unmapped,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
+
+    for i, k in enumerate(kernels):
+        if k.meta.dsl.value == "cuda" and cpu:
+            continue
+        for problem in candidate_problems(k.meta, [p for _, p in problems]):
+            if args.deadline_s and time.monotonic() - started > args.deadline_s:
+                break
+            key = f"{origin[id(problem)]}/{problem.name}"
+            if key not in signatures:
+                signatures[key] = scorer.input_signature(problem)
+            try:
+                source = adapt_kernel(k.path, k.meta, signatures[key], params={})
+            except AdaptError:
+                unmapped += 1
+                continue
+            result = scorer.evaluate(
+                problem, source, shape_ids=_shape_ids(problem, cpu, args.max_shapes)
+            )
+            rows.append(_row(k.meta.id, origin[id(problem)], problem.name, result))
+            print(
+                f"[{time.monotonic() - started:7.1f}s] {i + 1}/{len(kernels)} {k.meta.id:45s} "
+                f"{key:38s} {result.verdict.value}",
+                flush=True,
+            )
+            if args.write_measured and result.accepted:
+                dtype = next((a.dtype for a in signatures[key].forward_args if a.dtype), "fp32")
+                entries = measured_entries(result, dtype)
+                if entries:
+                    write_measured(k.path, entries)
+            dump()
+    dump()
+    accepted = {r["kernel"] for r in rows if r["verdict"] == "accepted"}
+    tried = {r["kernel"] for r in rows}
+    print(
+        f"\n{len(accepted)} of {len(kernels)} kernels accepted on at least one problem "
+        f"({len(tried)} scored, {unmapped} kernel-problem pairs the adapter could not map); "
+        f"wrote {target}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
