@@ -2,11 +2,16 @@
 
 ``aka`` never imports ``reference_kernels/``; tests do, one module per file, with
 ``TRITON_INTERPRET=1`` set before the module's ``@triton.jit`` decorators run.
+
+On the GPU machine, ``AKA_KERNEL_TESTS_DEVICE=cuda`` runs the same tests compiled for the GPU:
+no interpreter, and torch's default device is CUDA, so ``make_inputs`` and the references
+allocate there (issue #7: every kernel runs on the H200 at least once).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -16,6 +21,7 @@ import pytest
 import torch
 
 KERNELS = Path(__file__).resolve().parents[2] / "reference_kernels"
+ON_GPU = os.environ.get("AKA_KERNEL_TESTS_DEVICE") == "cuda"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +29,13 @@ def load_kernel() -> Iterator[Callable[[str], types.ModuleType]]:
     """Return ``load(relpath)`` -> the kernel module, e.g. ``load("triton/norm/rms_norm_rowwise.py")``."""
     loaded: dict[str, types.ModuleType] = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_INTERPRET", "1")
+        if ON_GPU:
+            if not torch.cuda.is_available():
+                pytest.skip("AKA_KERNEL_TESTS_DEVICE=cuda but no CUDA device")
+            mp.delenv("TRITON_INTERPRET", raising=False)
+            torch.set_default_device("cuda")
+        else:
+            mp.setenv("TRITON_INTERPRET", "1")
 
         def load(relpath: str) -> types.ModuleType:
             if relpath not in loaded:
@@ -37,7 +49,11 @@ def load_kernel() -> Iterator[Callable[[str], types.ModuleType]]:
                 loaded[relpath] = module
             return loaded[relpath]
 
-        yield load
+        try:
+            yield load
+        finally:
+            if ON_GPU:
+                torch.set_default_device(None)
 
 
 @pytest.fixture(autouse=True)
