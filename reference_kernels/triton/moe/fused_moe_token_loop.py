@@ -101,7 +101,7 @@ def _fused_moe_token_loop_down_kernel(
     act_ptr,  # fp32 (T * k, I)
     w2_ptr,  # (E, H, I)
     ids_ptr,  # int32 (T * k,)
-    weights_ptr,  # fp32 (T * k,) routing weights
+    weights_ptr,  # (T * k,) routing weights, any float dtype (upcast in the kernel)
     out_ptr,  # fp32 (T, H), zeroed
     # sizes
     H,
@@ -135,7 +135,7 @@ def _fused_moe_token_loop_down_kernel(
         acc += tl.sum(w * a[None, :], axis=1)
 
     # routing weight, then combine the token's k slots with fp32 atomics (order-free)
-    y = acc * tl.load(weights_ptr + pair)
+    y = acc * tl.load(weights_ptr + pair).to(tl.float32)
     out_ptrs = out_ptr + token.to(tl.int64) * stride_ot + offs_n
     tl.atomic_add(out_ptrs, y, mask=mask_n, sem="relaxed")
 
@@ -198,7 +198,7 @@ def fused_moe_token_loop(
     given = {"block_n": block_n, "block_k": block_k, "num_warps": num_warps}
     cfg.update({key: value for key, value in given.items() if value is not None})
     ids = topk_ids.contiguous().view(-1)
-    weights = topk_weights.float().contiguous().view(-1)
+    weights = topk_weights.contiguous().view(-1)
     act = torch.empty((t * top_k, i), dtype=torch.float32, device=hidden.device)
     meta = {"TOP_K": top_k, "BLOCK_N": cfg["block_n"], "BLOCK_K": cfg["block_k"],
             "num_warps": cfg["num_warps"]}  # fmt: skip

@@ -44,7 +44,7 @@ import triton.language as tl
 def _moe_sum_reduce_kernel(
     # pointers
     x_ptr,  # (T, k, H) expert outputs
-    w_ptr,  # fp32 (T, k) routing weights (unused if not HAS_WEIGHTS)
+    w_ptr,  # (T, k) routing weights, any float dtype (unused if not HAS_WEIGHTS)
     out_ptr,  # (T, H)
     # sizes
     T,
@@ -75,6 +75,7 @@ def _moe_sum_reduce_kernel(
         x = tl.load(rows + j * stride_xk, mask=mask, other=0.0).to(tl.float32)
         if HAS_WEIGHTS:
             w = tl.load(w_ptr + offs_t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
+            w = w.to(tl.float32)  # upcast here: a .float() in the launcher is torch compute
             x = x * w[:, None]
         acc += x
 
@@ -128,7 +129,7 @@ def moe_sum_reduce(
     cfg = _launch_config(t, h)
     given = {"block_t": block_t, "block_h": block_h, "num_warps": num_warps}
     cfg.update({key: value for key, value in given.items() if value is not None})
-    weights = topk_weights.float() if topk_weights is not None else out  # dummy when unused
+    weights = topk_weights if topk_weights is not None else out  # dummy when unused
     w_strides = (weights.stride(0), weights.stride(1)) if topk_weights is not None else (0, 0)
     grid = (triton.cdiv(t, cfg["block_t"]), triton.cdiv(h, cfg["block_h"]))
     _moe_sum_reduce_kernel[grid](
