@@ -1,0 +1,235 @@
+"""
+---
+id: chunk_delta_rule_output_two_stage
+title: Chunked gated delta-rule output in two launches, intra-chunk attention then the state term
+op_family: other
+dsl: triton
+vendor: nvidia
+arch: [sm_80, sm_90]
+dtypes: [bf16, fp16, fp32]
+bound: compute
+techniques: [chunked-linear-attention, two-pass, fp32-workspace, v-split-grid, tensor-core-mma]
+status: reference
+launcher: chunk_delta_rule_output_two_stage
+tuning:
+  block_v: [64, 16, 32, 128]
+  num_warps: [4, 2, 8]
+args:
+  q: {shape: [B, T, HQ, K], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [B, T, HQ, K], like: q, aliases: [key]}
+  v: {shape: [B, T, HV, V], like: q, aliases: [value]}
+  h: {shape: [B, NC, HV, K, V], like: q, aliases: [chunk_states]}
+  g: {shape: [B, T, HV], dtypes: [float], aliases: [g_cumsum]}
+  chunk_size: {type: int, default: 64, aliases: [chunk]}
+returns:
+  - {name: out, shape: [B, T, HV, V], dtype: q}
+measured: []
+---
+The output stage of chunked gated delta-rule attention, o = K^-1/2 * ((q h_c) * exp(g)[:, None] +
+(M * (q k^T) * exp(g_i - g_j)) v) per chunk c of C = chunk_size tokens, value head h and q/k head
+h // (HV / HQ), M the causal mask i >= j, split into two launches over the same (B * HV, chunk,
+V / BLOCK_V) grid. Stage 1 (intra-chunk attention): each program forms the (C, C) scores q k^T
+over the whole K axis in one tensor-core product, applies the decays and the causal mask in fp32,
+multiplies them into its v slice and writes the (C, BLOCK_V) partial to an fp32 workspace. Stage
+2 (inter-chunk state term): each program multiplies q by its (K, BLOCK_V) slice of h_c, scales the
+rows by exp(g), adds the workspace slice, applies K^-1/2 and rounds once to the output dtype. Each
+stage holds only one of the two working sets (the C x C scores with v, or the K x BLOCK_V state
+tile), so each fits in fewer registers than a fused program holding both, and the stages can be
+tuned apart. FLOPs as the fused kernel: 2 C^2 (K + V) intra plus 2 C K V inter per chunk and
+head; bytes: q read twice, k, v, h once, plus the fp32 workspace written and read once (8 bytes
+per output element, about as much as q, k, v together when K = V). Limits: the workspace traffic
+and the second launch cost time on short inputs; K <= 256 is held whole per program; BLOCK_C =
+next_pow2(C) <= 128.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    """Return acc + a @ b with an fp32 accumulator (exact fp32 operands under the interpreter)."""
+    if UPCAST:
+        # CPU interpreter: its bf16 tl.dot is wrong, so multiply exact fp32 copies
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a.to(b.dtype), b, acc)  # GPU: tensor cores on the storage dtype
+    return acc
+
+
+@triton.jit
+def _intra_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, work_ptr, T, HQ, HV, K, V, CHUNK,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    batch = pid_bh // HV
+    hv = pid_bh % HV
+    hq = hv // (HV // HQ)  # GQA: several value heads share one q/k head
+    offs_c = tl.arange(0, BLOCK_C)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_v = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
+    tok = tl.program_id(1) * CHUNK + offs_c
+    mask_c = (offs_c < CHUNK) & (tok < T)
+    mask_v = offs_v < V
+    rows = batch.to(tl.int64) * T + tok
+    qk_off = (rows * HQ + hq)[:, None] * K + offs_k[None, :]
+    qk_mask = mask_c[:, None] & (offs_k < K)[None, :]
+    q = tl.load(q_ptr + qk_off, mask=qk_mask, other=0.0)
+    k = tl.load(k_ptr + qk_off, mask=qk_mask, other=0.0)
+    scores = _mma(q, tl.trans(k), tl.zeros([BLOCK_C, BLOCK_C], tl.float32), UPCAST)
+    g = tl.load(g_ptr + rows * HV + hv, mask=mask_c, other=0.0).to(tl.float32)
+    causal = (offs_c[:, None] >= offs_c[None, :]) & mask_c[None, :]
+    scores = tl.where(causal, scores * tl.exp(g[:, None] - g[None, :]), 0.0)
+    vo_off = (rows * HV + hv)[:, None] * V + offs_v[None, :]
+    vo_mask = mask_c[:, None] & mask_v[None, :]
+    v = tl.load(v_ptr + vo_off, mask=vo_mask, other=0.0)
+    intra = _mma(scores, v, tl.zeros([BLOCK_C, BLOCK_V], tl.float32), UPCAST)
+    tl.store(work_ptr + vo_off, intra, mask=vo_mask)
+
+
+@triton.jit
+def _inter_kernel(
+    q_ptr, h_ptr, g_ptr, work_ptr, out_ptr, T, HQ, HV, K, V, NC, CHUNK, scale,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    chunk = tl.program_id(1)
+    batch = pid_bh // HV
+    hv = pid_bh % HV
+    hq = hv // (HV // HQ)
+    offs_c = tl.arange(0, BLOCK_C)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_v = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
+    tok = chunk * CHUNK + offs_c
+    mask_c = (offs_c < CHUNK) & (tok < T)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+    rows = batch.to(tl.int64) * T + tok
+    q = tl.load(q_ptr + (rows * HQ + hq)[:, None] * K + offs_k[None, :],
+                mask=mask_c[:, None] & mask_k[None, :], other=0.0)  # fmt: skip
+    h_base = h_ptr + ((batch.to(tl.int64) * NC + chunk) * HV + hv) * K * V
+    h = tl.load(h_base + offs_k[:, None] * V + offs_v[None, :],
+                mask=mask_k[:, None] & mask_v[None, :], other=0.0)  # fmt: skip
+    g = tl.load(g_ptr + rows * HV + hv, mask=mask_c, other=0.0).to(tl.float32)
+    vo_off = (rows * HV + hv)[:, None] * V + offs_v[None, :]
+    vo_mask = mask_c[:, None] & mask_v[None, :]
+    inter = _mma(q, h, tl.zeros([BLOCK_C, BLOCK_V], tl.float32), UPCAST) * tl.exp(g)[:, None]
+    o = (inter + tl.load(work_ptr + vo_off, mask=vo_mask, other=0.0)) * scale
+    tl.store(out_ptr + vo_off, o.to(out_ptr.dtype.element_ty), mask=vo_mask)
+
+
+def _check(q, k, v, h, g, chunk_size) -> None:
+    """Raise ValueError naming the shapes when the inputs do not fit together."""
+    shapes = (f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, h {tuple(h.shape)},"
+              f" g {tuple(g.shape)}")  # fmt: skip
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"need q, k (B, T, HQ, K) and v (B, T, HV, V); got {shapes}")
+    bsz, t, hq, kd = q.shape
+    hv, vd = v.shape[2:]
+    if hv % hq or kd > 256:
+        raise ValueError(f"need HQ dividing HV and K <= 256; got {shapes}")
+    if chunk_size < 1 or chunk_size > 128:
+        raise ValueError(f"chunk_size must be in 1..128; got {chunk_size}")
+    chunks = triton.cdiv(t, chunk_size)
+    if tuple(h.shape) != (bsz, chunks, hv, kd, vd) or tuple(g.shape) != (bsz, t, hv):
+        raise ValueError(
+            f"need h ({bsz}, {chunks}, {hv}, {kd}, {vd}) (ceil(T / chunk_size) chunk states) and "
+            f"g ({bsz}, {t}, {hv}); got {shapes}"
+        )
+    if not (q.dtype == k.dtype == v.dtype == h.dtype):
+        raise ValueError(f"q, k, v, h dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}, {h.dtype}")
+
+
+def chunk_delta_rule_output_two_stage(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    h: torch.Tensor,
+    g: torch.Tensor,
+    chunk_size: int = 64,
+    *,
+    block_v: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Return the chunked gated delta-rule output: intra-chunk launch, then the state-term launch.
+
+    Args:
+        q: (B, T, HQ, K) bf16/fp16/fp32, K <= 256.
+        k: (B, T, HQ, K) same dtype.
+        v: (B, T, HV, V) same dtype; HV a multiple of HQ.
+        h: (B, ceil(T / chunk_size), HV, K, V) same dtype, each chunk's starting state.
+        g: (B, T, HV) log-decays (any float dtype), used as given.
+        chunk_size: Tokens per chunk (1..128).
+        block_v: Value columns per program (power of two >= 16); None = min(next_pow2(V), 64).
+        num_warps: Warps per program (both stages); None = 4.
+
+    Returns:
+        (B, T, HV, V) in q's dtype.
+
+    Raises:
+        ValueError: The shapes or dtypes do not fit.
+    """
+    _check(q, k, v, h, g, chunk_size)
+    bsz, t, hq, kd = q.shape
+    hv, vd = v.shape[2:]
+    out = torch.empty((bsz, t, hv, vd), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    chunks = triton.cdiv(t, chunk_size)
+    block_v = block_v or min(max(16, triton.next_power_of_2(vd)), 64)
+    if block_v < 16 or block_v & (block_v - 1):
+        raise ValueError(f"block_v must be a power of two >= 16; got {block_v}")
+    qc, kc, vc, hc, gc = (x.contiguous() for x in (q, k, v, h, g))
+    work = torch.empty((bsz, t, hv, vd), dtype=torch.float32, device=q.device)
+    grid = (bsz * hv, chunks, triton.cdiv(vd, block_v))
+    meta = {
+        "BLOCK_C": max(16, triton.next_power_of_2(chunk_size)),
+        "BLOCK_K": max(16, triton.next_power_of_2(kd)),
+        "BLOCK_V": block_v,
+        "UPCAST": os.environ.get("TRITON_INTERPRET") == "1",
+        "num_warps": num_warps or 4,
+    }
+    _intra_kernel[grid](qc, kc, vc, gc, work, t, hq, hv, kd, vd, chunk_size, **meta)
+    _inter_kernel[grid](qc, hc, gc, work, out, t, hq, hv, kd, vd, chunks, chunk_size, kd**-0.5,
+                        **meta)  # fmt: skip
+    return out
+
+
+def reference(q, k, v, h, g, chunk_size=64):
+    """Per chunk, fp32 inter-chunk (q h_c exp(g)) plus causal decayed intra-chunk attention."""
+    bsz, t, hq, kd = q.shape
+    hv = v.shape[2]
+    qf = q.float().repeat_interleave(hv // hq, dim=2)
+    kf = k.float().repeat_interleave(hv // hq, dim=2)
+    out = torch.empty(v.shape, dtype=torch.float32, device=q.device)
+    for c in range(triton.cdiv(t, chunk_size)):
+        s0, s1 = c * chunk_size, min(t, (c + 1) * chunk_size)
+        qc, kc, vc, gc = qf[:, s0:s1], kf[:, s0:s1], v[:, s0:s1].float(), g[:, s0:s1].float()
+        inter = torch.einsum("blhk,bhkv->blhv", qc, h[:, c].float()) * gc.exp()[..., None]
+        scores = torch.einsum("blhk,bmhk->bhlm", qc, kc)
+        gh = gc.permute(0, 2, 1)  # (B, HV, L)
+        scores = (scores * torch.exp(gh[..., :, None] - gh[..., None, :])).tril()
+        out[:, s0:s1] = (inter + torch.einsum("bhlm,bmhv->blhv", scores, vc)) * kd**-0.5
+    return out.to(q.dtype)
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
+    """Return kwargs for ``{batch, tokens, q_heads, v_heads, key_dim, value_dim, chunk}``.
+
+    q, k, v ~ 0.3 N(0, 1), h ~ N(0, 1) (both terms of the output show), g ~ -U(0, 1) fp32.
+    """
+    bsz, t, hq, hv = shape["batch"], shape["tokens"], shape["q_heads"], shape["v_heads"]
+    kd, vd, size = shape["key_dim"], shape["value_dim"], shape["chunk"]
+    chunks = triton.cdiv(t, size)
+    return {
+        "q": (torch.randn(bsz, t, hq, kd, device=device) * 0.3).to(dtype),
+        "k": (torch.randn(bsz, t, hq, kd, device=device) * 0.3).to(dtype),
+        "v": (torch.randn(bsz, t, hv, vd, device=device) * 0.3).to(dtype),
+        "h": torch.randn(bsz, chunks, hv, kd, vd, device=device).to(dtype),
+        "g": -torch.rand(bsz, t, hv, device=device),
+        "chunk_size": size,
+    }
