@@ -105,7 +105,8 @@ def test_cuda_kernel_headers_parse_and_declare_helpers():
     kernels, problems = load_kernels(KERNELS_ROOT)  # the root: paths are checked as dsl/family
     assert [p for p in problems if str(CUDA_ROOT) in p] == []
     kernels = [k for k in kernels if k.path.is_relative_to(CUDA_ROOT)]
-    assert {k.path.relative_to(CUDA_ROOT).with_suffix("").as_posix() for k in kernels} == set(
+    # this file's kernels are all there (other test files cover the other CUDA kernels)
+    assert {k.path.relative_to(CUDA_ROOT).with_suffix("").as_posix() for k in kernels} >= set(
         KERNELS
     )
     for kernel in kernels:
