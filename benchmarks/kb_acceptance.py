@@ -2,7 +2,7 @@
 
 Issue #7: a reference kernel counts once the scorer accepts it on a problem, every kernel runs on
 the H200 at least once, and the most important carry ``measured:`` entries written by the scorer.
-For each kernel (``reference_kernels/``) and each problem it may serve (``aka.kb.measured.
+For each kernel (``reference_kernels/``) and each problem it may serve (``aka.agent.measured.
 candidate_problems``: the atrex30 operators and the example problems of its family, or whose name
 its id contains), the kernel is adapted at its default tuning (``aka.agent.adapt``) and scored
 (``Scorer.evaluate``: smoke shapes on the CPU; on a GPU the first ``--max-shapes`` tune shapes,
@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--write-measured needs --device cuda (the CPU times nothing)")
 
     from aka.agent.adapt import AdaptError, adapt_kernel
+    from aka.agent.measured import candidate_problems, measured_entries, write_measured
     from aka.bench import Scorer
     from aka.core import BenchConfig
     from aka.hardware import library_versions
     from aka.kb import load_kernels
-    from aka.kb.measured import candidate_problems, measured_entries, write_measured
 
     kernels, problems_found = load_kernels(REPO / "reference_kernels")
     if problems_found:

@@ -30,7 +30,7 @@ from aka.agent.report_data import (
     _pct,
     _plural,
 )
-from aka.bench import ShapeResult, Verdict
+from aka.bench import ShapeResult
 from aka.core.errors import AgentError, SpecError
 from aka.hardware import match_profile
 from aka.spec import (
@@ -282,28 +282,16 @@ def _measured_entries(
     record: RunRecord, dtypes_by_shape: Mapping[str, str], fallback_dtype: str
 ) -> list[dict[str, Any]]:
     """One ``measured:`` entry per accepted, timed shape of the final evaluations (GPU only)."""
+    from aka.agent.measured import shape_entries
+
     measured: list[dict[str, Any]] = []
     for _, result in _finals(record):
-        if not result.performance_measured:
-            continue
-        device = result.manifest.device or record.device or "unknown GPU"
-        date = result.manifest.created_at[:10] or None
-        for s in result.shapes:
-            if s.verdict is not Verdict.ACCEPTED or s.latency_us is None:
-                continue
-            if s.latency_us.median <= 0:
-                continue
-            entry: dict[str, Any] = {
-                "device": device,
-                "shape": s.shape_id,
-                "dtype": dtypes_by_shape.get(s.shape_id, fallback_dtype),
-                "latency_us": round(s.latency_us.median, 4),
-            }
-            if s.sol_fraction is not None:
-                entry["sol_fraction"] = round(min(max(s.sol_fraction, 0.0), 1.0), 4)
-            if date:
-                entry["date"] = date
-            measured.append(entry)
+        if result.performance_measured:
+            measured += shape_entries(
+                result,
+                device=result.manifest.device or record.device or "unknown GPU",
+                dtype_of=lambda sid: dtypes_by_shape.get(sid, fallback_dtype),
+            )
     return measured
 
 

@@ -6,7 +6,8 @@ a person. This module owns the three steps between them, all text-level on the k
 
 - ``candidate_problems``: the problems a kernel is tried on: the same operator family, or a
   problem whose name the kernel's id contains (``fused_moe_token_loop`` on ``fused_moe``);
-- ``measured_entries``: one entry per accepted, timed shape of an ``EvalResult``;
+- ``measured_entries``: one entry per accepted, timed shape of an ``EvalResult`` (``shape_entries``
+  is the loop, shared with the agent's report of its own kernel);
 - ``write_measured``: replace the entries of one device in a kernel file's header, keeping the
   rest of the file byte for byte, and re-validate the header.
 
@@ -16,7 +17,7 @@ The sweep itself (adapt, score, write) is ``benchmarks/kb_acceptance.py``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from aka.bench.result import EvalResult, Verdict
 from aka.core import SpecError
 from aka.spec import KernelMeta, ProblemSpec, kernel_header
 
-__all__ = ["candidate_problems", "measured_entries", "write_measured"]
+__all__ = ["candidate_problems", "measured_entries", "shape_entries", "write_measured"]
 
 _MEASURED = re.compile(r"^measured:.*?(?=^\S|\Z)", re.MULTILINE | re.DOTALL)
 
@@ -46,6 +47,8 @@ def measured_entries(
 ) -> list[dict[str, Any]]:
     """One ``measured:`` entry per accepted shape the scorer timed (none for a CPU result).
 
+    Shapes are named ``<problem>/<shape id>``: a kernel serves several problems.
+
     Args:
         result: The scorer's result for the adapted kernel on one problem.
         dtype: The problem's main input dtype (``bf16``...), recorded with each entry.
@@ -53,7 +56,24 @@ def measured_entries(
     """
     if not result.accepted or not result.performance_measured:
         return []
-    device = result.manifest.device or "unknown GPU"
+    return shape_entries(
+        result,
+        device=result.manifest.device or "unknown GPU",
+        dtype_of=lambda _: dtype,
+        shape_name=lambda sid: f"{result.manifest.problem_name}/{sid}",
+        date=date,
+    )
+
+
+def shape_entries(
+    result: EvalResult,
+    *,
+    device: str,
+    dtype_of: Callable[[str], str],
+    shape_name: Callable[[str], str] = str,
+    date: str | None = None,
+) -> list[dict[str, Any]]:
+    """The entries of ``result``'s accepted, timed shapes (the caller checks it was timed)."""
     when = date or result.manifest.created_at[:10] or None
     entries: list[dict[str, Any]] = []
     for s in result.shapes:
@@ -61,8 +81,8 @@ def measured_entries(
             continue
         entry: dict[str, Any] = {
             "device": device,
-            "shape": f"{result.manifest.problem_name}/{s.shape_id}",
-            "dtype": dtype,
+            "shape": shape_name(s.shape_id),
+            "dtype": dtype_of(s.shape_id),
             "latency_us": round(s.latency_us.median, 4),
         }
         if s.sol_fraction is not None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from aka.agent.measured import candidate_problems, measured_entries, write_measured
 from aka.bench import EvalResult, LatencyStats, Manifest, ShapeResult, Verdict
 from aka.core import SpecError
-from aka.kb.measured import candidate_problems, measured_entries, write_measured
 from aka.spec import KernelMeta, Split, kernel_header, load_suite
 
 REPO = Path(__file__).resolve().parents[2]
