@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from aka.bench.run_state import (
     _output_bytes,
     _Reference,
     _Run,
+    candidate_file_limit_mb,
 )
 from aka.bench.sandbox import WorkerOutcome, start_worker
 from aka.bench.score import confirm_suspicious
@@ -541,19 +541,6 @@ class Scorer:
         finally:
             handle.cleanup()
 
-    def _candidate_file_limit_mb(self, ref: _Reference, run: _Run) -> int:
-        """The candidate worker's RLIMIT_FSIZE, in MB.
-
-        The configured limit, or room for twice the largest output the reference produced (a
-        candidate writes the same tensors), whichever is larger.
-        """
-        wanted = {s.id for s in run.shapes}
-        largest = max(
-            (_output_bytes(ref, sid, seed) for sid, seed in ref.outputs if sid in wanted),
-            default=0,
-        )
-        return max(self.config.file_size_limit_mb, math.ceil(2 * largest / 2**20) + 64)
-
     @staticmethod
     def _exit_text(outcome: WorkerOutcome) -> str:
         if outcome.timed_out:
@@ -580,7 +567,7 @@ class Scorer:
             self.config.worker_timeout_s,
             progress,
             len(run.shapes),
-            file_limit_mb=self._candidate_file_limit_mb(ref, run),
+            file_limit_mb=candidate_file_limit_mb(self.config.file_size_limit_mb, ref, run),
         )
         try:
             handle.wait_for_stage("correctness_done")

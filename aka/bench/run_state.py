@@ -8,6 +8,7 @@ baselines; it runs no worker itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,14 @@ from aka.bench.result import ShapeResult
 from aka.core import SandboxError
 from aka.spec import ProblemSpec, ShapeCase
 
-__all__ = ["_Reference", "_Run", "_default_fp8_scales", "_load_tensors", "_output_bytes"]
+__all__ = [
+    "_Reference",
+    "_Run",
+    "_default_fp8_scales",
+    "_load_tensors",
+    "_output_bytes",
+    "candidate_file_limit_mb",
+]
 
 
 @dataclass
@@ -61,6 +69,19 @@ def _load_tensors(path: Path) -> dict[str, Any]:
 def _output_bytes(ref: _Reference, shape_id: str, seed: int) -> int:
     tensors = ref.outputs[(shape_id, seed)]["tensors"].values()
     return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def candidate_file_limit_mb(configured_mb: int, ref: _Reference, run: _Run) -> int:
+    """The candidate worker's RLIMIT_FSIZE, in MB.
+
+    The configured limit, or room for twice the largest output the reference produced for the
+    run's shapes (a candidate writes the same tensors), whichever is larger.
+    """
+    wanted = {s.id for s in run.shapes}
+    largest = max(
+        (_output_bytes(ref, sid, seed) for sid, seed in ref.outputs if sid in wanted), default=0
+    )
+    return max(configured_mb, math.ceil(2 * largest / 2**20) + 64)
 
 
 def _default_fp8_scales(reference: dict[str, Any]) -> dict[str, str]:
