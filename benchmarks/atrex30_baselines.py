@@ -53,7 +53,8 @@ def _table(run: Any) -> None:
 def _join(parts: list[Any]) -> Any:
     """One ``SuiteRun`` of several runs' operators, in the suite's order.
 
-    A later run of an operator replaces an earlier one's.
+    A later run of an operator replaces an earlier one's, and so do its notes: a part's note
+    that begins with an operator's name is dropped when a later part ran that operator again.
     """
     from aka.bench.suite_result import summarize
     from aka.spec import load_suite
@@ -66,7 +67,16 @@ def _join(parts: list[Any]) -> Any:
         update={
             "operators": [ops[n] for n in order if n in ops],
             "results": list(results.values()),
-            "notes": sorted({n for p in parts for n in p.notes}),
+            "notes": sorted(
+                {
+                    n
+                    for i, p in enumerate(parts)
+                    for n in p.notes
+                    if not any(
+                        n.split(" ", 1)[0] in {o.name for o in q.operators} for q in parts[i + 1 :]
+                    )
+                }
+            ),
         }
     )
     joined.summary = summarize(joined)

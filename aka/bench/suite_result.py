@@ -178,9 +178,26 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in items) / len(items))
 
 
+def _uncovered(run: SuiteRun, entrant: str, split: str) -> bool:
+    """Whether an operator the entrant ran on tune shapes has no ``split`` shape measured.
+
+    A run that timed the holdout split for some operators only (a budget cap) has no holdout
+    suite score: the missing operators were not failed, just not measured.
+    """
+    for op in run.operators:
+        result = run.result(entrant, op.name)
+        if result is None or result.status != "ok":
+            continue
+        if result.shape_scores("tune") and not result.shape_scores(split):
+            return True
+    return False
+
+
 def _weighted(run: SuiteRun, entrant: str, split: str, phase: str | None) -> float | None:
     if not run.performance_measured:
         return None  # nothing was timed: a failure's 0 must not pass for a score
+    if split != "tune" and phase is None and _uncovered(run, entrant, split):
+        return None  # a sum over some of the operators would pass for a (tiny) suite score
     total, weight_sum, timed = 0.0, 0.0, False
     for op in run.operators:
         result = run.result(entrant, op.name)

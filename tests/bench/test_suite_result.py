@@ -136,6 +136,20 @@ def test_summarize_suite_phase_and_holdout_scores() -> None:
     assert (summary.ops_ok, summary.ops_failed, summary.ops_not_run) == (2, 0, 1)
 
 
+def test_holdout_score_needs_every_timed_operator_measured_on_holdout() -> None:
+    # a has holdout shapes, b (ok on tune) was not timed on holdout (a budget cap): a holdout
+    # "suite score" of a alone would read as a near-zero score, so there is none.
+    a = _result("candidate", "a", [_shape("0", 1.0), _shape("h0", 0.81, split="holdout")])
+    b_tune_only = _result("candidate", "b", [_shape("0", 0.64)])
+    (summary,) = summarize(_run([a, b_tune_only]))
+    assert summary.suite_score == pytest.approx(0.5 * 1.0 + 0.3 * 0.64)
+    assert summary.holdout_score is None
+    # A failed operator without holdout shapes does not block it: it counts 0.
+    b_failed = _result("candidate", "b", [_wrong("0")], status="failed", verdict="wrong_output")
+    (summary,) = summarize(_run([a, b_failed]))
+    assert summary.holdout_score == pytest.approx(0.5 * 0.81)
+
+
 def test_summarize_failed_operator_counts_zero_in_suite_and_phase() -> None:
     # a 0.5 (w 0.5), b failed (w 0.3), c 0.9 (w 0.2) -> 0.25 + 0 + 0.18
     results = [
