@@ -12,19 +12,34 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One embedding cache for the whole test session (``kb.embedding_cache``).
+
+    Building the real knowledge index embeds about 3000 chunks (minutes on CI's two cores); the
+    first test that builds it (the README's fresh-machine run) pays for that, and the later ones
+    (retrieval quality, the kb CLI) read the same vectors back. Every index is still built.
+    """
+    return tmp_path_factory.mktemp("aka-embeddings") / "kb-embeddings.sqlite"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings_env(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    session_embedding_cache: Path,
 ) -> None:
     """Drop every AKA_* variable and point caches and runs at throwaway folders.
 
     They are not under ``tmp_path``, so a test listing its ``tmp_path`` sees only its own files.
+    Only the embedding cache is shared by the session (see ``session_embedding_cache``).
     """
     for name in list(os.environ):
         if name.startswith("AKA_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AKA_PATHS__CACHE_DIR", str(tmp_path_factory.mktemp("aka-cache")))
     monkeypatch.setenv("AKA_PATHS__RUNS_DIR", str(tmp_path_factory.mktemp("aka-runs")))
+    monkeypatch.setenv("AKA_KB__EMBEDDING_CACHE", str(session_embedding_cache))
 
 
 @pytest.fixture(autouse=True)

@@ -210,6 +210,11 @@ class KBConfig(_Section):
     """Knowledge-base index location and retrieval knobs."""
 
     index_dir: Path | None = Field(default=None, description="Chroma path; None = cache dir.")
+    embedding_cache: Path | None = Field(
+        default=None,
+        description="SQLite file of cached embeddings (shared by every index); "
+        "None = <cache dir>/kb-embeddings.sqlite.",
+    )
     top_k: int = Field(default=8, ge=1)
 
 

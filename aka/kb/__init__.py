@@ -5,6 +5,7 @@ Never imports ``aka.bench``; chromadb, sentence-transformers and bm25s load only
 
 from aka.kb.build import (
     build_index,
+    embedding_cache_path,
     index_path,
     ingest_upstream,
     knowledge_units,
@@ -12,7 +13,7 @@ from aka.kb.build import (
     open_retriever,
 )
 from aka.kb.chunk import Chunk, content_hash, flag_metadata
-from aka.kb.embed import Embedder, MiniLMEmbedder
+from aka.kb.embed import CachedEmbedder, Embedder, MiniLMEmbedder
 from aka.kb.index import BuildStats, KnowledgeIndex, SourceUnit, StoredChunk
 from aka.kb.loader import (
     LoadedDoc,
@@ -29,6 +30,7 @@ from aka.kb.schema import KIND_TO_LAYER, DocKind, DocMeta, Evidence, Layer
 __all__ = [
     "KIND_TO_LAYER",
     "BuildStats",
+    "CachedEmbedder",
     "Chunk",
     "DocKind",
     "DocMeta",
@@ -49,6 +51,7 @@ __all__ = [
     "build_where",
     "content_hash",
     "doc_chunks",
+    "embedding_cache_path",
     "flag_metadata",
     "index_path",
     "ingest_upstream",

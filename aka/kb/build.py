@@ -14,13 +14,14 @@ from pathlib import Path
 from aka.core import ProgressCallback, Settings
 from aka.core.errors import SpecError
 from aka.kb.chunk import Chunk, content_hash
-from aka.kb.embed import Embedder, MiniLMEmbedder
+from aka.kb.embed import CachedEmbedder, Embedder, MiniLMEmbedder
 from aka.kb.index import BuildStats, KnowledgeIndex, SourceUnit
 from aka.kb.loader import doc_chunks, kernel_chunks, lint_problems, load_docs, load_kernels
 from aka.kb.retrieve import HybridRetriever
 
 __all__ = [
     "build_index",
+    "embedding_cache_path",
     "index_path",
     "ingest_upstream",
     "knowledge_units",
@@ -36,9 +37,19 @@ def index_path(settings: Settings) -> Path:
     return settings.kb.index_dir or settings.paths.cache_dir / "kb"
 
 
+def embedding_cache_path(settings: Settings) -> Path:
+    """The embedding cache: ``kb.embedding_cache`` or ``<cache dir>/kb-embeddings.sqlite``."""
+    return settings.kb.embedding_cache or settings.paths.cache_dir / "kb-embeddings.sqlite"
+
+
 def open_index(settings: Settings, embedder: Embedder | None = None) -> KnowledgeIndex:
-    """The index at its configured path (not built yet is fine until it is queried)."""
-    return KnowledgeIndex(index_path(settings), embedder or MiniLMEmbedder())
+    """The index at its configured path (not built yet is fine until it is queried).
+
+    Without ``embedder``, the offline MiniLM model behind the embedding cache.
+    """
+    if embedder is None:
+        embedder = CachedEmbedder(MiniLMEmbedder(), embedding_cache_path(settings))
+    return KnowledgeIndex(index_path(settings), embedder)
 
 
 def _version(package: str) -> str:

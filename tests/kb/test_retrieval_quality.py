@@ -28,10 +28,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(120
 
 
 @pytest.fixture(scope="module")
-def retriever(tmp_path_factory: pytest.TempPathFactory) -> HybridRetriever:
+def retriever(
+    tmp_path_factory: pytest.TempPathFactory, session_embedding_cache: Path
+) -> HybridRetriever:
     cache = tmp_path_factory.mktemp("kb-cache")
     settings = Settings(
-        paths=PathsConfig(root=REPO, cache_dir=cache), kb=KBConfig(index_dir=cache / "kb")
+        paths=PathsConfig(root=REPO, cache_dir=cache),
+        kb=KBConfig(index_dir=cache / "kb", embedding_cache=session_embedding_cache),
     )
     build_index(settings)
     return open_retriever(settings)
