@@ -453,7 +453,7 @@ def test_weights_held_by_the_model_are_declared_and_loaded_by_the_scorer(scorer,
 @pytest.mark.slow
 @pytest.mark.parametrize("example", list(EXAMPLES))
 def test_every_design_of_an_example_on_the_cpu_scorer(kernels, scorer, example):
-    """The sweep behind SERVED: designs of the family in the loader's order, default tuning, real scorer.
+    """The sweep behind SERVED: the family's designs in load order, default tuning, real scorer.
 
     It stops at SERVED accepted designs: each evaluation is a few seconds in the interpreter, and
     the family grows with the knowledge base. Every kernel's own tests check the rest.
