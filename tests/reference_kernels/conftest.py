@@ -22,6 +22,9 @@ import torch
 
 KERNELS = Path(__file__).resolve().parents[2] / "reference_kernels"
 ON_GPU = os.environ.get("AKA_KERNEL_TESTS_DEVICE") == "cuda"
+# (test node id, kernel relpath) for every load: benchmarks/kb_kernel_tests.py attributes each
+# test's outcome to the kernels it loaded.
+KERNEL_CALLS: list[tuple[str, str]] = []
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +41,8 @@ def load_kernel() -> Iterator[Callable[[str], types.ModuleType]]:
             mp.setenv("TRITON_INTERPRET", "1")
 
         def load(relpath: str) -> types.ModuleType:
+            current = os.environ.get("PYTEST_CURRENT_TEST", "")
+            KERNEL_CALLS.append((current.rsplit(" (", 1)[0], relpath))
             if relpath not in loaded:
                 path = KERNELS / relpath
                 name = f"refkernel_{path.stem}"

@@ -1,0 +1,187 @@
+"""Every reference kernel's tests on the GPU, attributed kernel by kernel (issue #7).
+
+Runs ``tests/reference_kernels`` in this process with ``AKA_KERNEL_TESTS_DEVICE=cuda`` (the
+kernels compiled for the GPU, torch's default device CUDA, the ``gpu``-marked tests included, so
+the CUDA C++ kernels run too) and attributes each test's outcome to the kernel files it loaded
+(``tests/reference_kernels/conftest.KERNEL_CALLS``). A kernel passes when every test that loaded
+it passed; kernels no test loaded are listed. Prints a table per family and writes a JSON file
+(device, date, versions, every test's outcome and duration, every kernel's verdict).
+
+    PYTHONPATH=$PWD python3 benchmarks/kb_kernel_tests.py --out $OUT [-k EXPR] [--timeout S]
+    python benchmarks/kb_kernel_tests.py --device cpu -k l2_norm --out DIR   # the interpreter
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+class _Recorder:
+    """A pytest plugin keeping every test's outcome (a failed setup or teardown counts)."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, dict[str, Any]] = {}
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        entry = self.tests.setdefault(
+            report.nodeid, {"outcome": "passed", "seconds": 0.0, "message": None}
+        )
+        entry["seconds"] = round(entry["seconds"] + report.duration, 3)
+        if report.outcome == "failed" or (report.skipped and entry["outcome"] == "passed"):
+            entry["outcome"] = report.outcome
+            text = str(report.longrepr) if report.longrepr else ""
+            entry["message"] = text[-600:] or None
+
+
+def _kernel_files() -> list[str]:
+    root = REPO / "reference_kernels"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "__init__.py")
+
+
+def _calls() -> list[tuple[str, str]]:
+    for module in list(sys.modules.values()):
+        calls = getattr(module, "KERNEL_CALLS", None)
+        if isinstance(calls, list) and module.__name__.endswith("reference_kernels.conftest"):
+            return list(calls)
+    return []
+
+
+def attribute(
+    tests: dict[str, dict[str, Any]], calls: list[tuple[str, str]], kernels: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Each kernel's verdict from the tests that loaded it.
+
+    ``passed``: every such test passed; ``failed``: at least one failed; ``skipped``: all were
+    skipped; ``untested``: no test loaded it.
+    """
+    by_kernel: dict[str, set[str]] = defaultdict(set)
+    for nodeid, relpath in calls:
+        by_kernel[relpath].add(nodeid)
+    out: dict[str, dict[str, Any]] = {}
+    for relpath in kernels:
+        ids = sorted(i for i in by_kernel.get(relpath, ()) if i in tests)
+        outcomes = [tests[i]["outcome"] for i in ids]
+        if not ids:
+            verdict = "untested"
+        elif "failed" in outcomes:
+            verdict = "failed"
+        elif all(o == "skipped" for o in outcomes):
+            verdict = "skipped"
+        else:
+            verdict = "passed"
+        out[relpath] = {
+            "verdict": verdict,
+            "tests": len(ids),
+            "passed": outcomes.count("passed"),
+            "failed": [i for i in ids if tests[i]["outcome"] == "failed"],
+        }
+    return out
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import triton
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": str(torch.version.cuda),
+    }
+
+
+def _device(gpu: bool) -> str:
+    import torch
+
+    if gpu and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return "cpu (Triton interpreter)"
+
+
+def _table(kernels: dict[str, dict[str, Any]]) -> None:
+    families: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for relpath, k in kernels.items():
+        family = "/".join(Path(relpath).parts[:2]) if relpath.startswith("triton") else "cuda"
+        families[family][k["verdict"]] += 1
+    cols = ("passed", "failed", "skipped", "untested")
+    print(f"{'family':26s} " + " ".join(f"{c:>8s}" for c in cols))
+    for family in sorted(families):
+        print(f"{family:26s} " + " ".join(f"{families[family][c]:8d}" for c in cols))
+    totals = {c: sum(f[c] for f in families.values()) for c in cols}
+    print(f"{'all':26s} " + " ".join(f"{totals[c]:8d}" for c in cols))
+    for relpath, k in kernels.items():
+        if k["verdict"] == "failed":
+            print(f"FAILED {relpath}: {', '.join(k['failed'][:3])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the kernel tests, write the JSON; exit 1 if a kernel failed."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("-k", dest="keyword", default="", help="pytest -k expression.")
+    parser.add_argument("--timeout", type=int, default=300, help="Per-test timeout (s).")
+    args = parser.parse_args(argv)
+
+    gpu = args.device == "cuda"
+    if gpu:
+        os.environ["AKA_KERNEL_TESTS_DEVICE"] = "cuda"
+    import pytest
+
+    recorder = _Recorder()
+    started = time.monotonic()
+    pytest_args = [
+        str(REPO / "tests" / "reference_kernels"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "" if gpu else "not gpu",
+        f"--timeout={args.timeout}",
+        "--rootdir",
+        str(REPO),
+    ]
+    if args.keyword:
+        pytest_args += ["-k", args.keyword]
+    code = pytest.main(pytest_args, plugins=[recorder])
+    kernels = attribute(recorder.tests, _calls(), _kernel_files())
+    if args.keyword:  # a subset: kernels its tests never touched are not "untested"
+        kernels = {r: k for r, k in kernels.items() if k["verdict"] != "untested"}
+    now = datetime.now(UTC)
+    record = {
+        "benchmark": "kb_kernel_tests",
+        "date": now.isoformat(timespec="seconds"),
+        "device": _device(gpu),
+        "versions": _versions(),
+        "keyword": args.keyword or None,
+        "pytest_exit_code": int(code),
+        "wall_s": round(time.monotonic() - started, 1),
+        "summary": {
+            v: sum(k["verdict"] == v for k in kernels.values())
+            for v in ("passed", "failed", "skipped", "untested")
+        },
+        "kernels": kernels,
+        "tests": recorder.tests,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"kb_kernel_tests_{now.date().isoformat()}_{args.device}.json"
+    path.write_text(json.dumps(record, indent=1))
+    print()
+    _table(kernels)
+    print(f"wall {record['wall_s']} s; wrote {path}")
+    return 1 if record["summary"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
