@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,17 +11,13 @@ from typing import Any
 import pytest
 
 from aka.kb import load_kernels
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _module() -> Any:
-    path = REPO / "benchmarks" / "kb_acceptance.py"
-    spec = importlib.util.spec_from_file_location("kb_acceptance", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/kb_acceptance.py")
 
 
 def _meta(kid: str) -> Any:

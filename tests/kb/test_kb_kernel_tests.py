@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from tests.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _module() -> Any:
-    path = REPO / "benchmarks" / "kb_kernel_tests.py"
-    spec = importlib.util.spec_from_file_location("kb_kernel_tests", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/kb_kernel_tests.py")
 
 
 def test_a_kernel_fails_if_any_test_that_loaded_it_failed() -> None:
