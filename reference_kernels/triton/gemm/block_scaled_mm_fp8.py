@@ -110,8 +110,8 @@ def _block_scaled_mm_fp8_kernel(
         mask_k = offs_k < K - k_start
         a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        a_s = tl.load(as_ptrs, mask=mask_m, other=0.0)
-        b_s = tl.load(bs_ptrs, mask=mask_n, other=0.0)
+        a_s = tl.load(as_ptrs, mask=mask_m, other=0.0).to(tl.float32)
+        b_s = tl.load(bs_ptrs, mask=mask_n, other=0.0).to(tl.float32)
         if UPCAST:
             # CPU interpreter: dequantise the fp8 codes to fp32 and multiply exactly
             part = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
@@ -190,7 +190,7 @@ def block_scaled_mm_fp8(
     given = {"block_m": block_m, "block_n": block_n, "group_m": group_m,
              "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
     cfg.update({key: value for key, value in given.items() if value is not None})
-    a_s, b_s = a_scales.float(), b_scales.float()
+    a_s, b_s = a_scales, b_scales  # any float dtype: upcast to fp32 on load, in the kernel
     grid = (triton.cdiv(m, cfg["block_m"]) * triton.cdiv(n, cfg["block_n"]),)
     _block_scaled_mm_fp8_kernel[grid](
         a, b, a_s, b_s, out,
