@@ -63,6 +63,7 @@ def _join(parts: list[Any]) -> Any:
     order = [o.name for o in load_suite(first.suite).operators]
     ops = {o.name: o for p in parts for o in p.operators}
     results = {(r.entrant, r.op): r for p in parts for r in p.results}
+    rerun_later = [{o.name for q in parts[i + 1 :] for o in q.operators} for i in range(len(parts))]
     joined = first.model_copy(
         update={
             "operators": [ops[n] for n in order if n in ops],
@@ -72,9 +73,7 @@ def _join(parts: list[Any]) -> Any:
                     n
                     for i, p in enumerate(parts)
                     for n in p.notes
-                    if not any(
-                        n.split(" ", 1)[0] in {o.name for o in q.operators} for q in parts[i + 1 :]
-                    )
+                    if n.split(" ", 1)[0] not in rerun_later[i]
                 }
             ),
         }

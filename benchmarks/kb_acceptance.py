@@ -58,7 +58,7 @@ def _numerics_variants(meta: Any) -> list[dict[str, Any]]:
     ``round_act`` picks between eager PyTorch's double rounding and an fp32 reference's single
     rounding; which one a problem's tolerance wants depends on its reference, not the kernel.
     """
-    values = meta.tuning.get("round_act") if isinstance(meta.tuning, dict) else None
+    values = meta.tuning.get("round_act")
     if not values:
         return [{}]
     return [{}] + [{"round_act": v} for v in values[1:]]

@@ -134,14 +134,14 @@ class CachedEmbedder:
             ).fetchall()
             for key, blob in rows:
                 found[key] = array("f", blob).tolist()
-        todo = sorted({i for i, k in enumerate(keys) if k not in found})
+        todo = [i for i, k in enumerate(keys) if k not in found]
         self.hits += len(texts) - len(todo)
         self.misses += len(todo)
         if todo:
-            fresh = self.inner.embed([texts[i] for i in todo])
-            rows_in = [(keys[i], array("f", v).tobytes()) for i, v in zip(todo, fresh, strict=True)]
-            for (key, _), vec in zip(rows_in, fresh, strict=True):
-                found[key] = [float(x) for x in array("f", vec)]
+            fresh = [array("f", v) for v in self.inner.embed([texts[i] for i in todo])]
+            rows_in = [(keys[i], v.tobytes()) for i, v in zip(todo, fresh, strict=True)]
+            for i, v in zip(todo, fresh, strict=True):
+                found[keys[i]] = v.tolist()  # float32-rounded, as a cached vector reads back
             try:
                 db.executemany("INSERT OR REPLACE INTO vectors (key, vec) VALUES (?, ?)", rows_in)
                 db.commit()
