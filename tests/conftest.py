@@ -18,7 +18,7 @@ def session_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Building the real knowledge index embeds about 3000 chunks (minutes on CI's two cores); the
     first test that builds it (the README's fresh-machine run) pays for that, and the later ones
-    (retrieval quality, the kb CLI) read the same vectors back. Every index is still built.
+    (retrieval quality) read the same vectors back. Every index is still built.
     """
     return tmp_path_factory.mktemp("aka-embeddings") / "kb-embeddings.sqlite"
 
