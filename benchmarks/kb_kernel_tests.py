@@ -9,6 +9,12 @@ it passed; kernels no test loaded are listed. Prints a table per family and writ
 
     PYTHONPATH=$PWD python3 benchmarks/kb_kernel_tests.py --out $OUT [-k EXPR] [--timeout S]
     python benchmarks/kb_kernel_tests.py --device cpu -k l2_norm --out DIR   # the interpreter
+
+Compiling ~300 kernels is CPU-bound, so the GPU run can be split into processes that share the
+device: ``--shard I/N`` runs every N-th test file (starting at the I-th, 1-based) and writes
+``..._shardIofN.json``; ``--merge A.json B.json ...`` attributes the union of the shards' tests
+and kernel loads and writes the combined file. A shard stopped by SIGINT (``timeout -s INT``)
+still writes what it finished; its unfinished kernels show as ``untested``.
 """
 
 from __future__ import annotations
@@ -89,6 +95,62 @@ def attribute(
     return out
 
 
+def shard_files(files: list[Path], shard: str) -> list[Path]:
+    """The test files of shard ``I/N``: every N-th of the sorted files, from the I-th (1-based)."""
+    index, _, count = shard.partition("/")
+    i, n = int(index), int(count)
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {shard!r}: want I/N with 1 <= I <= N")
+    return sorted(files)[i - 1 :: n]
+
+
+def _summary(kernels: dict[str, dict[str, Any]]) -> dict[str, int]:
+    return {
+        v: sum(k["verdict"] == v for k in kernels.values())
+        for v in ("passed", "failed", "skipped", "untested")
+    }
+
+
+def merge(records: list[dict[str, Any]], kernel_files: list[str]) -> dict[str, Any]:
+    """One record from shard records: the union of their tests and kernel loads, re-attributed.
+
+    The shards must come from one device; a test id seen in two shards keeps the worse outcome.
+    """
+    devices = {r["device"] for r in records}
+    if len(devices) != 1:
+        raise ValueError(f"shards from different devices: {sorted(devices)}")
+    rank = {"passed": 0, "skipped": 1, "failed": 2}
+    tests: dict[str, dict[str, Any]] = {}
+    calls: list[tuple[str, str]] = []
+    for record in records:
+        if "calls" not in record:
+            raise ValueError(f"shard {record.get('shard')!r} has no 'calls' (written before --shard)")
+        calls += [(str(a), str(b)) for a, b in record["calls"]]
+        for nodeid, entry in record["tests"].items():
+            old = tests.get(nodeid)
+            if old is None or rank[entry["outcome"]] > rank[old["outcome"]]:
+                tests[nodeid] = entry
+    kernels = attribute(tests, calls, kernel_files)
+    first = records[0]
+    return {
+        "benchmark": "kb_kernel_tests",
+        "date": max(r["date"] for r in records),
+        "device": first["device"],
+        "versions": first["versions"],
+        "keyword": None,
+        "shards": [
+            {k: r.get(k) for k in ("shard", "date", "pytest_exit_code", "wall_s", "summary")}
+            for r in records
+        ],
+        "pytest_exit_code": max(int(r["pytest_exit_code"]) for r in records),
+        "wall_s": max(float(r["wall_s"]) for r in records),
+        "summary": _summary(kernels),
+        "kernels": kernels,
+        "tests": tests,
+        "calls": sorted(set(calls)),
+    }
+
+
 def _versions() -> dict[str, str]:
     import torch
     import triton
@@ -132,7 +194,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("-k", dest="keyword", default="", help="pytest -k expression.")
     parser.add_argument("--timeout", type=int, default=300, help="Per-test timeout (s).")
+    parser.add_argument("--shard", default="", help="I/N: run every N-th test file from the I-th.")
+    parser.add_argument("--merge", nargs="+", type=Path, help="Combine shard JSON files; no run.")
     args = parser.parse_args(argv)
+
+    if args.merge:
+        record = merge([json.loads(p.read_text()) for p in args.merge], _kernel_files())
+        args.out.mkdir(parents=True, exist_ok=True)
+        day = record["date"][:10]
+        device = "cpu" if record["device"].startswith("cpu") else "cuda"
+        path = args.out / f"kb_kernel_tests_{day}_{device}.json"
+        path.write_text(json.dumps(record, indent=1))
+        _table(record["kernels"])
+        print(f"merged {len(args.merge)} shards; wrote {path}")
+        return 1 if record["summary"]["failed"] else 0
 
     gpu = args.device == "cuda"
     if gpu:
@@ -141,8 +216,16 @@ def main(argv: list[str] | None = None) -> int:
 
     recorder = _Recorder()
     started = time.monotonic()
+    folder = REPO / "tests" / "reference_kernels"
+    if args.shard:
+        try:
+            targets = [str(p) for p in shard_files(list(folder.glob("test_*.py")), args.shard)]
+        except ValueError as exc:
+            parser.error(str(exc))
+    else:
+        targets = [str(folder)]
     pytest_args = [
-        str(REPO / "tests" / "reference_kernels"),
+        *targets,
         "-q",
         "-p",
         "no:cacheprovider",
@@ -155,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.keyword:
         pytest_args += ["-k", args.keyword]
     code = pytest.main(pytest_args, plugins=[recorder])
-    kernels = attribute(recorder.tests, _calls(), _kernel_files())
-    if args.keyword:  # a subset: kernels its tests never touched are not "untested"
+    calls = _calls()
+    kernels = attribute(recorder.tests, calls, _kernel_files())
+    if args.keyword or args.shard:  # a subset: kernels its tests never touched are not "untested"
         kernels = {r: k for r, k in kernels.items() if k["verdict"] != "untested"}
     now = datetime.now(UTC)
     record = {
@@ -165,17 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         "device": _device(gpu),
         "versions": _versions(),
         "keyword": args.keyword or None,
+        "shard": args.shard or None,
         "pytest_exit_code": int(code),
         "wall_s": round(time.monotonic() - started, 1),
-        "summary": {
-            v: sum(k["verdict"] == v for k in kernels.values())
-            for v in ("passed", "failed", "skipped", "untested")
-        },
+        "summary": _summary(kernels),
         "kernels": kernels,
         "tests": recorder.tests,
+        "calls": sorted(set(calls)),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"kb_kernel_tests_{now.date().isoformat()}_{args.device}.json"
+    suffix = "_shard" + args.shard.replace("/", "of") if args.shard else ""
+    path = args.out / f"kb_kernel_tests_{now.date().isoformat()}_{args.device}{suffix}.json"
     path.write_text(json.dumps(record, indent=1))
     print()
     _table(kernels)
