@@ -14,7 +14,9 @@ JSON file (device, date, versions, every pair's verdict, message and per-shape t
 after every pair so a call cut off by its time limit keeps what it finished.
 
     python benchmarks/kb_acceptance.py --device cpu --kernels rms_norm_rowwise,gemm_tiled --out DIR
-    PYTHONPATH=$PWD python3 benchmarks/kb_acceptance.py --device cuda --write-measured --out $OUT
+    PYTHONPATH=$PWD python3 benchmarks/kb_acceptance.py --device cuda --problems atrex30 \
+        --top 60 --ranked-from benchmarks/results/kb_acceptance_2026-12-03_cpu.json --out $OUT
+    python benchmarks/kb_acceptance.py --apply-measured benchmarks/results/kb_acceptance_..._cuda.json
 """
 
 from __future__ import annotations
@@ -50,6 +52,32 @@ def _shape_ids(problem: Any, cpu: bool, max_shapes: int) -> list[str] | None:
 
     tune = [s for s in problem.shapes if s.split is Split.TUNE]
     return [s.id for s in spread(tune, max_shapes)] if tune else None
+
+
+def ranked_kernels(rows: list[dict[str, Any]], weights: dict[str, float]) -> list[str]:
+    """Kernels accepted on an atrex30 operator, heaviest operator first, row order within one."""
+    best: dict[str, tuple[float, int]] = {}
+    for order, row in enumerate(rows):
+        origin, _, problem = row["problem"].partition("/")
+        if row["verdict"] != "accepted" or origin != "atrex30" or problem not in weights:
+            continue
+        key = (-weights[problem], order)
+        if row["kernel"] not in best or key < best[row["kernel"]]:
+            best[row["kernel"]] = key
+    return sorted(best, key=lambda k: best[k])
+
+
+def apply_measured(rows: list[dict[str, Any]], kernel_paths: dict[str, Path]) -> int:
+    """Write each row's ``measured`` entries into its kernel's header; return the entry count."""
+    from aka.agent.measured import write_measured
+
+    count = 0
+    for row in rows:
+        entries = row.get("measured") or []
+        if entries:
+            write_measured(kernel_paths[row["kernel"]], entries)
+            count += len(entries)
+    return count
 
 
 def _numerics_variants(meta: Any) -> list[dict[str, Any]]:
@@ -92,10 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-shapes", type=int, default=3, help="Tune shapes per problem (GPU).")
     parser.add_argument("--write-measured", action="store_true", help="GPU: update headers.")
     parser.add_argument("--deadline-s", type=float, default=0.0, help="Start no pair after this.")
+    parser.add_argument("--problems", default="all", choices=("all", "atrex30", "examples"))
+    parser.add_argument("--top", type=int, default=0, help="The N most important (--ranked-from).")
+    parser.add_argument("--ranked-from", type=Path, help="Results file that ranks kernels (--top).")
+    parser.add_argument(
+        "--apply-measured", type=Path, help="Write a results file's entries; no run."
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     if args.write_measured and args.device != "cuda":
         parser.error("--write-measured needs --device cuda (the CPU times nothing)")
+    if args.top and not args.ranked_from:
+        parser.error("--top N needs --ranked-from FILE (an earlier kb_acceptance results file)")
 
     from aka.agent.adapt import AdaptError, adapt_kernel
     from aka.agent.measured import candidate_problems, measured_entries, write_measured
@@ -108,14 +144,28 @@ def main(argv: list[str] | None = None) -> int:
     if problems_found:
         print("\n".join(problems_found), file=sys.stderr)
         return 2
+    if args.apply_measured:
+        rows = json.loads(args.apply_measured.read_text())["rows"]
+        count = apply_measured(rows, {k.meta.id: k.path for k in kernels})
+        print(f"wrote {count} measured entries from {args.apply_measured} into kernel headers")
+        return 0
     wanted = {k.strip() for k in args.kernels.split(",") if k.strip()}
+    if args.top:
+        from aka.spec import load_suite
+
+        weights = {o.name: o.weight for o in load_suite("atrex30").operators}
+        ranked = ranked_kernels(json.loads(args.ranked_from.read_text())["rows"], weights)
+        wanted |= set(ranked[: args.top])
     kernels = [k for k in kernels if not wanted or k.meta.id in wanted]
+    if args.top:  # most important first, so a run cut off by its time limit kept those
+        order = {kid: i for i, kid in enumerate(ranked)}
+        kernels.sort(key=lambda k: order.get(k.meta.id, len(order)))
     if wanted - {k.meta.id for k in kernels}:
         parser.error(f"unknown kernels: {sorted(wanted - {k.meta.id for k in kernels})}")
     cpu = args.device == "cpu"
     config = BenchConfig(min_samples=10, max_samples=200, sample_budget_s=0.1, cold_recheck="never")
     scorer = Scorer(config, Path("/tmp/aka-kb-acceptance-cache"), device=args.device)
-    problems = _problems()
+    problems = [(w, p) for w, p in _problems() if args.problems in ("all", w)]
     origin = {id(p): where for where, p in problems}
     signatures: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -163,19 +213,19 @@ def main(argv: list[str] | None = None) -> int:
             if result is None:
                 unmapped += 1
                 continue
+            dtype = next((a.dtype for a in signatures[key].forward_args if a.dtype), "fp32")
+            entries = measured_entries(result, dtype)
             rows.append(
-                _row(k.meta.id, origin[id(problem)], problem.name, result) | {"tuning": tuning}
+                _row(k.meta.id, origin[id(problem)], problem.name, result)
+                | {"tuning": tuning, "measured": entries}
             )
             print(
                 f"[{time.monotonic() - started:7.1f}s] {i + 1}/{len(kernels)} {k.meta.id:45s} "
                 f"{key:38s} {result.verdict.value}",
                 flush=True,
             )
-            if args.write_measured and result.accepted:
-                dtype = next((a.dtype for a in signatures[key].forward_args if a.dtype), "fp32")
-                entries = measured_entries(result, dtype)
-                if entries:
-                    write_measured(k.path, entries)
+            if args.write_measured and entries:
+                write_measured(k.path, entries)
             dump()
     dump()
     accepted = {r["kernel"] for r in rows if r["verdict"] == "accepted"}

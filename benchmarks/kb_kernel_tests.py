@@ -10,9 +10,13 @@ it passed; kernels no test loaded are listed. Prints a table per family and writ
     PYTHONPATH=$PWD python3 benchmarks/kb_kernel_tests.py --out $OUT [-k EXPR] [--timeout S]
     python benchmarks/kb_kernel_tests.py --device cpu -k l2_norm --out DIR   # the interpreter
 
-Compiling ~300 kernels is CPU-bound, so the GPU run can be split into processes that share the
-device: ``--shard I/N`` runs every N-th test file (starting at the I-th, 1-based) and writes
-``..._shardIofN.json``; ``--merge A.json B.json ...`` attributes the union of the shards' tests
+``--device sm90`` needs no GPU: each launch is compiled for sm_90 by Triton's compiler and not
+run (``tests/reference_kernels/conftest.py``), so compile errors and shared-memory overflows the
+interpreter cannot see show up on the CPU.
+
+Compiling ~300 kernels (and nvcc for the CUDA C++ ones) is CPU-bound, so a run can be split into
+processes that share the device: ``--shard I/N`` runs every N-th collected test (from the I-th,
+1-based) and writes ``..._shardIofN.json``; ``--merge A.json B.json ...`` attributes the union of the shards' tests
 and kernel loads and writes the combined file. A shard stopped by SIGINT (``timeout -s INT``)
 still writes what it finished; its unfinished kernels show as ``untested``.
 """
@@ -23,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -34,10 +39,22 @@ sys.path.insert(0, str(REPO))
 
 
 class _Recorder:
-    """A pytest plugin keeping every test's outcome (a failed setup or teardown counts)."""
+    """A pytest plugin keeping every test's outcome (a failed setup or teardown counts).
 
-    def __init__(self) -> None:
+    With a shard ``(i, n)`` it also deselects every collected test but each n-th from the i-th.
+    """
+
+    def __init__(self, shard: tuple[int, int] | None = None) -> None:
         self.tests: dict[str, dict[str, Any]] = {}
+        self.shard = shard
+
+    def pytest_collection_modifyitems(self, config: Any, items: list[Any]) -> None:
+        if self.shard is None:
+            return
+        i, n = self.shard
+        kept = items[i - 1 :: n]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         entry = self.tests.setdefault(
@@ -47,7 +64,7 @@ class _Recorder:
         if report.outcome == "failed" or (report.skipped and entry["outcome"] == "passed"):
             entry["outcome"] = report.outcome
             text = str(report.longrepr) if report.longrepr else ""
-            entry["message"] = text[-600:] or None
+            entry["message"] = _excerpt(text) or None
 
 
 def _kernel_files() -> list[str]:
@@ -95,13 +112,25 @@ def attribute(
     return out
 
 
-def shard_files(files: list[Path], shard: str) -> list[Path]:
-    """The test files of shard ``I/N``: every N-th of the sorted files, from the I-th (1-based)."""
+def _excerpt(text: str, limit: int = 2400) -> str:
+    """The end of a failure report, plus the line naming a chained cause's error, if cut off."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    causes = [line for line in text[:-limit].splitlines() if line.startswith("E   ")]
+    return "\n".join(causes[-6:] + ["[...]", tail]) if causes else tail
+
+
+def parse_shard(shard: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)``, 1 <= I <= N."""
     index, _, count = shard.partition("/")
-    i, n = int(index), int(count)
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = 0, 0
     if not 1 <= i <= n:
-        raise ValueError(f"--shard {shard!r}: want I/N with 1 <= I <= N")
-    return sorted(files)[i - 1 :: n]
+        raise ValueError(f"--shard {shard!r}: want I/N with 1 <= I <= N, e.g. 2/8")
+    return i, n
 
 
 def _summary(kernels: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -124,7 +153,9 @@ def merge(records: list[dict[str, Any]], kernel_files: list[str]) -> dict[str, A
     calls: list[tuple[str, str]] = []
     for record in records:
         if "calls" not in record:
-            raise ValueError(f"shard {record.get('shard')!r} has no 'calls' (written before --shard)")
+            raise ValueError(
+                f"shard {record.get('shard')!r} has no 'calls' (written before --shard)"
+            )
         calls += [(str(a), str(b)) for a, b in record["calls"]]
         for nodeid, entry in record["tests"].items():
             old = tests.get(nodeid)
@@ -136,6 +167,7 @@ def merge(records: list[dict[str, Any]], kernel_files: list[str]) -> dict[str, A
         "benchmark": "kb_kernel_tests",
         "date": max(r["date"] for r in records),
         "device": first["device"],
+        "device_kind": first.get("device_kind", "cuda"),
         "versions": first["versions"],
         "keyword": None,
         "shards": [
@@ -171,6 +203,12 @@ def _device(gpu: bool) -> str:
     return "cpu (Triton interpreter)"
 
 
+def _device_label(device: str) -> str:
+    if device == "sm90":
+        return "sm_90 compile only (Triton compiler on the CPU; nothing launched)"
+    return _device(device == "cuda")
+
+
 def _table(kernels: dict[str, dict[str, Any]]) -> None:
     families: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for relpath, k in kernels.items():
@@ -191,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the kernel tests, write the JSON; exit 1 if a kernel failed."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu", "sm90"))
     parser.add_argument("-k", dest="keyword", default="", help="pytest -k expression.")
     parser.add_argument("--timeout", type=int, default=300, help="Per-test timeout (s).")
-    parser.add_argument("--shard", default="", help="I/N: run every N-th test file from the I-th.")
+    parser.add_argument("--shard", default="", help="I/N: run every N-th test from the I-th.")
     parser.add_argument("--merge", nargs="+", type=Path, help="Combine shard JSON files; no run.")
     args = parser.parse_args(argv)
 
@@ -202,30 +240,28 @@ def main(argv: list[str] | None = None) -> int:
         record = merge([json.loads(p.read_text()) for p in args.merge], _kernel_files())
         args.out.mkdir(parents=True, exist_ok=True)
         day = record["date"][:10]
-        device = "cpu" if record["device"].startswith("cpu") else "cuda"
-        path = args.out / f"kb_kernel_tests_{day}_{device}.json"
+        path = args.out / f"kb_kernel_tests_{day}_{record['device_kind']}.json"
         path.write_text(json.dumps(record, indent=1))
         _table(record["kernels"])
         print(f"merged {len(args.merge)} shards; wrote {path}")
         return 1 if record["summary"]["failed"] else 0
 
     gpu = args.device == "cuda"
-    if gpu:
-        os.environ["AKA_KERNEL_TESTS_DEVICE"] = "cuda"
+    if args.device in ("cuda", "sm90"):
+        os.environ["AKA_KERNEL_TESTS_DEVICE"] = args.device
     import pytest
 
-    recorder = _Recorder()
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    recorder = _Recorder(shard)
     started = time.monotonic()
-    folder = REPO / "tests" / "reference_kernels"
-    if args.shard:
-        try:
-            targets = [str(p) for p in shard_files(list(folder.glob("test_*.py")), args.shard)]
-        except ValueError as exc:
-            parser.error(str(exc))
-    else:
-        targets = [str(folder)]
+    # Shards share a machine: each gets its own pytest temp root (the default one is cleaned up
+    # by whichever process ends, under the others' feet).
+    basetemp = tempfile.mkdtemp(prefix="aka-kb-kernel-tests-")
     pytest_args = [
-        *targets,
+        str(REPO / "tests" / "reference_kernels"),
         "-q",
         "-p",
         "no:cacheprovider",
@@ -234,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         f"--timeout={args.timeout}",
         "--rootdir",
         str(REPO),
+        "--basetemp",
+        basetemp,
     ]
     if args.keyword:
         pytest_args += ["-k", args.keyword]
@@ -246,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "kb_kernel_tests",
         "date": now.isoformat(timespec="seconds"),
-        "device": _device(gpu),
+        "device": _device_label(args.device),
+        "device_kind": args.device,
         "versions": _versions(),
         "keyword": args.keyword or None,
         "shard": args.shard or None,

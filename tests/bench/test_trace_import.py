@@ -514,7 +514,7 @@ def test_cuda_trace_attributes_kernels_to_their_ops(tmp_path: Path) -> None:
 
     assert profile_.basis == "gpu"
     for key in ("aten::rms_norm", "aten::scaled_dot_product_attention"):
-        assert by_name[key] == pytest.approx(inclusive[key], rel=0.01), key
+        assert by_name[key] == pytest.approx(inclusive[key], rel=0.01), (key, by_name, inclusive)
     result = import_trace(chrome, tmp_path / "suite")
     weights = {op.name: op.weight for op in result.operators}
     assert {"rms_norm", "attention_forward", "unified_attention"} <= weights.keys()

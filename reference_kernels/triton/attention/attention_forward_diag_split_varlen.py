@@ -118,6 +118,7 @@ def _attention_forward_diag_split_kernel(
         kv_end = k_len
     full_end = (visible_to_all // BLOCK_N) * BLOCK_N
     d_true = offs_n[:, None] >= 0  # (BLOCK_N, 1) all-true
+    s_true = (offs_m[:, None] >= 0) & (offs_n[None, :] >= 0)  # (BLOCK_M, BLOCK_N) all-true
 
     # phase 1: interior tiles, every key visible to every row
     for n_start in range(0, full_end, BLOCK_N):
@@ -129,7 +130,7 @@ def _attention_forward_diag_split_kernel(
                                   scale_log2e, BLOCK_M, BLOCK_N, False, UPCAST)  # fmt: skip
         else:  # padded head dim: mask the columns only
             acc, m_i, l_i = _tile(q, acc, m_i, l_i, k_ptrs, v_ptrs, d_true & mask_d[None, :],
-                                  d_true, scale_log2e, BLOCK_M, BLOCK_N, True, UPCAST)  # fmt: skip
+                                  s_true, scale_log2e, BLOCK_M, BLOCK_N, True, UPCAST)  # fmt: skip
 
     # phase 2: the key-length tail (and, causal, the diagonal tiles) with masks
     for n_start in range(full_end, kv_end, BLOCK_N):

@@ -114,6 +114,7 @@ def _unified_diag_split_kernel(
     k_col = kv_head * stride_kh + offs_d[None, :]
     v_col = kv_head * stride_vh + offs_d[None, :]
     d_true = offs_n[:, None] >= 0  # (BLOCK_N, 1) all-true, broadcast with mask_d
+    s_true = (offs_m[:, None] >= 0) & (offs_n[None, :] >= 0)  # (BLOCK_M, BLOCK_N) all-true
 
     # phase 1: tiles wholly at or below the first row's diagonal (all < kv_len): no masks
     full_end = ((context_len + q_block * BLOCK_M + 1) // BLOCK_N) * BLOCK_N
@@ -128,7 +129,7 @@ def _unified_diag_split_kernel(
                                   scale_log2e, BLOCK_M, BLOCK_N, False, UPCAST)  # fmt: skip
         else:  # padded head dim: mask the columns only
             acc, m_i, l_i = _tile(q, acc, m_i, l_i, k_ptrs, v_ptrs, d_true & mask_d[None, :],
-                                  d_true, scale_log2e, BLOCK_M, BLOCK_N, True, UPCAST)  # fmt: skip
+                                  s_true, scale_log2e, BLOCK_M, BLOCK_N, True, UPCAST)  # fmt: skip
 
     # phase 2: the tiles crossing the diagonal, causal and length masks
     kv_end = tl.minimum(kv_len, context_len + (q_block + 1) * BLOCK_M)

@@ -216,6 +216,10 @@ def block_scaled_mm_fp8_persistent(
              "num_stages": num_stages}  # fmt: skip
     cfg.update({key: value for key, value in given.items() if value is not None})
     block_k_eff = min(cfg["block_k"], group_k)  # a K step never straddles two scale groups
+    if not _interpreting() and block_k_eff < 32:  # fp8 MMA takes K steps of 32 or more
+        if group_k < 32:
+            raise ValueError(f"fp8 tensor-core MMA needs K steps >= 32: group_k {group_k} < 32")
+        block_k_eff = 32
     a_s, b_s = a_scales, b_scales
     tiles = triton.cdiv(m, cfg["block_m"]) * triton.cdiv(n, cfg["block_n"])
     grid = (min(tiles, cfg["programs_per_sm"] * _num_sms(a.device)),)

@@ -118,15 +118,19 @@ def _cast_epilogue_kernel(src_ptr, dst_ptr, numel, BLOCK: tl.constexpr):
              mask=mask)  # fmt: skip
 
 
-def _launch_config(m: int, n: int, k: int) -> dict[str, int]:
-    """Return tiles, warps and a split count that gives about two programs per SM (132 SMs)."""
+def _launch_config(m: int, n: int, k: int, itemsize: int = 2) -> dict[str, int]:
+    """Return tiles, warps and a split count that gives about two programs per SM (132 SMs).
+
+    fp32 operands take 3 pipeline stages: 4 stages of 64x128 fp32 A and B tiles need 256 KiB of
+    shared memory, more than the 227 KiB a Hopper block may use.
+    """
     block_m = 16 if m <= 16 else (32 if m <= 32 else 64)
     block_n, block_k = 64, 128
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     k_blocks = triton.cdiv(k, block_k)
     split_k = max(1, min(16, k_blocks, triton.cdiv(2 * 132, tiles)))
     return {"split_k": split_k, "block_m": block_m, "block_n": block_n, "block_k": block_k,
-            "num_warps": 4, "num_stages": 4}  # fmt: skip
+            "num_warps": 4, "num_stages": 4 if itemsize <= 2 else 3}  # fmt: skip
 
 
 def _interpreting() -> bool:
@@ -155,7 +159,7 @@ def gemm_split_k(
         block_n: Columns of C per program (power of two >= 16); None = 64.
         block_k: K step (power of two >= 16); None = 128.
         num_warps: Warps per program; None = 4.
-        num_stages: Software-pipelining depth on the GPU; None = 4.
+        num_stages: Software-pipelining depth on the GPU; None = 4 (3 for fp32).
 
     Returns:
         C: (M, N) in ``a``'s dtype, contiguous.
@@ -174,7 +178,7 @@ def gemm_split_k(
     acc = torch.zeros((m, n), dtype=torch.float32, device=a.device)  # atomics need a zeroed target
     if m == 0 or n == 0:
         return torch.empty((m, n), dtype=a.dtype, device=a.device)
-    cfg = _launch_config(m, n, k)
+    cfg = _launch_config(m, n, k, a.element_size())
     given = {"split_k": split_k, "block_m": block_m, "block_n": block_n, "block_k": block_k,
              "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
     cfg.update({key: value for key, value in given.items() if value is not None})

@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 E5M2_MAX = 57344.0  # largest finite float8_e5m2
+_E5M2_MAX = tl.constexpr(E5M2_MAX)  # a jit function may read only constexpr globals
 
 
 @triton.jit
@@ -59,7 +60,7 @@ def _fp8_e5m2_cast_scaled_kernel(
     scale = tl.load(scale_ptr)
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = x / scale
-    y = tl.where(y != y, y, tl.minimum(tl.maximum(y, -E5M2_MAX), E5M2_MAX))  # saturate, keep NaN
+    y = tl.where(y != y, y, tl.minimum(tl.maximum(y, -_E5M2_MAX), _E5M2_MAX))  # saturate, keep NaN
     q = y.to(tl.float8e5)
     tl.store(q_ptr + offs, q, mask=mask)
     x_hat = tl.where(y != y, y, q.to(tl.float32) * scale)  # NaN passed through explicitly

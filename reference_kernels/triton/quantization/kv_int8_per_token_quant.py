@@ -44,6 +44,8 @@ import triton.language as tl
 
 INT8_MAX = 127.0
 MIN_ABSMAX = 1e-10  # keeps all-zero rows finite
+_INT8_MAX = tl.constexpr(INT8_MAX)  # a jit function may read only constexpr globals
+_MIN_ABSMAX = tl.constexpr(MIN_ABSMAX)
 MAX_D = 1024
 
 
@@ -51,9 +53,9 @@ MAX_D = 1024
 def _quant_tile(src_ptr, dst_ptr, scale_ptr, offs, heads, mask, h_mask):
     """Quantise one (BLOCK_H, BLOCK_D) tile to int8 and store its per-row scales."""
     x = tl.load(src_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), MIN_ABSMAX) / INT8_MAX
+    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX
     y = x / scale[:, None]
-    r = tl.minimum(tl.floor(tl.abs(y) + 0.5), INT8_MAX)  # round half away from zero
+    r = tl.minimum(tl.floor(tl.abs(y) + 0.5), _INT8_MAX)  # round half away from zero
     tl.store(dst_ptr + offs, tl.where(y < 0, -r, r).to(tl.int8), mask=mask)
     tl.store(scale_ptr + heads, scale, mask=h_mask)
 

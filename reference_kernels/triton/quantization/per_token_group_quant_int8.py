@@ -41,6 +41,8 @@ import triton.language as tl
 
 INT8_MAX = 127.0
 MIN_ABSMAX = 1e-10  # keeps all-zero groups finite
+_INT8_MAX = tl.constexpr(INT8_MAX)  # a jit function may read only constexpr globals
+_MIN_ABSMAX = tl.constexpr(MIN_ABSMAX)
 
 
 @triton.jit
@@ -60,9 +62,9 @@ def _per_token_group_quant_int8_kernel(
     offs = rows.to(tl.int64)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
 
     x = tl.load(x_ptr + offs, mask=row_mask[:, None], other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), MIN_ABSMAX) / INT8_MAX  # (BLOCK_G,)
+    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX  # (BLOCK_G,)
     y = x / scale[:, None]
-    r = tl.minimum(tl.floor(tl.abs(y) + 0.5), INT8_MAX)  # round half away from zero
+    r = tl.minimum(tl.floor(tl.abs(y) + 0.5), _INT8_MAX)  # round half away from zero
     q = tl.where(y < 0, -r, r)
 
     tl.store(q_ptr + offs, q.to(tl.int8), mask=row_mask[:, None])

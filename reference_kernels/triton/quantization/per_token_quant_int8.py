@@ -40,6 +40,8 @@ import triton.language as tl
 
 INT8_MAX = 127.0
 MIN_ABSMAX = 1e-10  # keeps all-zero rows finite
+_INT8_MAX = tl.constexpr(INT8_MAX)  # a jit function may read only constexpr globals
+_MIN_ABSMAX = tl.constexpr(MIN_ABSMAX)
 
 
 @triton.jit
@@ -66,10 +68,10 @@ def _per_token_quant_int8_kernel(
 
     x = tl.load(x_ptr + rows64[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)  # all arithmetic in fp32
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), MIN_ABSMAX) / INT8_MAX  # (BLOCK_M,)
+    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX  # (BLOCK_M,)
     y = x / scale[:, None]
     r = tl.floor(tl.abs(y) + 0.5)  # round half away from zero, on the magnitude
-    r = tl.minimum(r, INT8_MAX)
+    r = tl.minimum(r, _INT8_MAX)
     q = tl.where(y < 0, -r, r)
 
     tl.store(q_ptr + rows64[:, None] * stride_qt + cols[None, :], q.to(tl.int8), mask=mask)
