@@ -15,8 +15,8 @@ run (``tests/reference_kernels/conftest.py``), so compile errors and shared-memo
 interpreter cannot see show up on the CPU.
 
 Compiling ~300 kernels (and nvcc for the CUDA C++ ones) is CPU-bound, so a run can be split into
-processes that share the device: ``--shard I/N`` runs every N-th collected test (from the I-th,
-1-based) and writes ``..._shardIofN.json``; ``--merge A.json B.json ...`` attributes the union of the shards' tests
+processes that share the device: ``--shard I/N`` runs the I-th of N shards (1-based; the tests
+grouped by kernel, so a kernel compiles in one process) and writes ``..._shardIofN.json``; ``--merge A.json B.json ...`` attributes the union of the shards' tests
 and kernel loads and writes the combined file. A shard stopped by SIGINT (``timeout -s INT``)
 still writes what it finished; its unfinished kernels show as ``untested``.
 """
@@ -52,9 +52,9 @@ class _Recorder:
         if self.shard is None:
             return
         i, n = self.shard
-        kept = items[i - 1 :: n]
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
+        kept = set(map(id, shard_items(items, i, n)))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = [item for item in items if id(item) in kept]
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         entry = self.tests.setdefault(
@@ -119,6 +119,50 @@ def _excerpt(text: str, limit: int = 2400) -> str:
     tail = text[-limit:]
     causes = [line for line in text[:-limit].splitlines() if line.startswith("E   ")]
     return "\n".join(causes[-6:] + ["[...]", tail]) if causes else tail
+
+
+# A CUDA C++ kernel's first test builds it with nvcc (about a minute); its other tests reuse the
+# build only in the same process.
+_NVCC_WEIGHT = 100
+
+
+def group_key(item: Any) -> str:
+    """The kernel a test is about, read from its id, else its file: one shard takes each group.
+
+    ``test_f[sampling/argmax_rowwise_cuda-0-torch.float32]`` -> ``sampling/argmax_rowwise_cuda``:
+    the first parameter token that names something (has a letter and an ``_`` or ``/``).
+    """
+    nodeid = str(item.nodeid)
+    path, _, rest = nodeid.partition("::")
+    params = rest.partition("[")[2].rstrip("]")
+    for token in params.split("-"):
+        if any(c.isalpha() for c in token) and ("_" in token or "/" in token):
+            return f"{path}::{token}"
+    return path
+
+
+def shard_items(items: list[Any], index: int, count: int) -> list[Any]:
+    """Shard ``index`` of ``count`` (1-based): whole groups, heaviest first to the lightest shard.
+
+    Every shard computes the same split from the same collection, so together they run each test
+    exactly once; a group's tests share a process, so its compiles happen once.
+    """
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[group_key(item)].append(item)
+
+    def weight(members: list[Any]) -> int:
+        nvcc = any(m.get_closest_marker("gpu") is not None for m in members)
+        return len(members) + (_NVCC_WEIGHT if nvcc else 0)
+
+    loads = [0] * count
+    mine: list[Any] = []
+    for key in sorted(groups, key=lambda k: (-weight(groups[k]), k)):
+        target = loads.index(min(loads))
+        loads[target] += weight(groups[key])
+        if target == index - 1:
+            mine += groups[key]
+    return mine
 
 
 def parse_shard(shard: str) -> tuple[int, int]:
@@ -232,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu", "sm90"))
     parser.add_argument("-k", dest="keyword", default="", help="pytest -k expression.")
     parser.add_argument("--timeout", type=int, default=300, help="Per-test timeout (s).")
-    parser.add_argument("--shard", default="", help="I/N: run every N-th test from the I-th.")
+    parser.add_argument(
+        "--shard", default="", help="I/N: run the I-th of N shards (tests grouped by kernel)."
+    )
     parser.add_argument("--merge", nargs="+", type=Path, help="Combine shard JSON files; no run.")
     args = parser.parse_args(argv)
 

@@ -6,9 +6,12 @@ import pytest
 import torch
 
 from aka.spec.frontmatter import kernel_header
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
 
 KERNELS = Path(__file__).resolve().parents[2] / "reference_kernels"
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1e-2, 1e-2)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 PREFILL = [
     {"seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2, "head_dim": 32},

@@ -7,8 +7,12 @@ assert_close plus a whole-output norm bound (so an all-zero output cannot pass),
 import pytest
 import torch
 
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 
 def _check(out, ref, dtype, tol=None):

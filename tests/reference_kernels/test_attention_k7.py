@@ -7,8 +7,12 @@ cannot pass). Shapes are tiny: CI runs these under Triton's CPU interpreter on t
 import pytest
 import torch
 
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 UA = {"num_heads_q": 4, "num_heads_kv": 2, "head_dim": 24}
 # name -> (smoke cases, (smallest, largest) tuning values)

@@ -169,7 +169,7 @@ def test_silu_and_mul_rejects_odd_last_dim(load_kernel):
 def test_softmax_rejects_cpu_tensor(load_kernel):
     mod = load_kernel("cuda/softmax/softmax_online_warp_cuda.py")
     with pytest.raises(ValueError, match="CUDA"):
-        mod.softmax_online_warp_cuda(torch.randn(3, 7))
+        mod.softmax_online_warp_cuda(torch.randn(3, 7, device="cpu"))
 
 
 @pytest.mark.gpu

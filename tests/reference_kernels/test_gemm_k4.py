@@ -5,11 +5,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from tests.reference_kernels.conftest import ON_GPU
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
-if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there (10-bit mantissa), as the kernels say
-    TOL[torch.float32] = (3e-2, 1e-2)
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 F32_BF16 = (torch.float32, torch.bfloat16)
 
 

@@ -6,9 +6,13 @@ Each kernel runs under Triton's interpreter on tiny shapes (see conftest.load_ke
 import pytest
 import torch
 
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+
 GEMM = "triton/gemm/"
 MOE = "triton/moe/"
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1e-2, 1e-2), "fp8": (1e-3, 1e-3)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 
 def _check(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> None:

@@ -1,7 +1,11 @@
 import pytest
 import torch
 
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 
 def _check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:

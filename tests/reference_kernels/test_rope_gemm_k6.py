@@ -3,8 +3,12 @@
 import pytest
 import torch
 
+from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
+if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
+    TOL[torch.float32] = TF32_TOL
 
 
 def _check(outs, refs, dtype):

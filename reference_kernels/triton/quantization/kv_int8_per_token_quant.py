@@ -53,8 +53,8 @@ MAX_D = 1024
 def _quant_tile(src_ptr, dst_ptr, scale_ptr, offs, heads, mask, h_mask):
     """Quantise one (BLOCK_H, BLOCK_D) tile to int8 and store its per-row scales."""
     x = tl.load(src_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX
-    y = x / scale[:, None]
+    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX), _INT8_MAX)
+    y = tl.math.div_rn(x, scale[:, None])  # IEEE division: GPU `/` may be 2 ulp off
     r = tl.minimum(tl.floor(tl.abs(y) + 0.5), _INT8_MAX)  # round half away from zero
     tl.store(dst_ptr + offs, tl.where(y < 0, -r, r).to(tl.int8), mask=mask)
     tl.store(scale_ptr + heads, scale, mask=h_mask)

@@ -62,8 +62,8 @@ def _per_token_group_quant_int8_kernel(
     offs = rows.to(tl.int64)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
 
     x = tl.load(x_ptr + offs, mask=row_mask[:, None], other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX  # (BLOCK_G,)
-    y = x / scale[:, None]
+    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX), _INT8_MAX)  # (BLOCK_G,)
+    y = tl.math.div_rn(x, scale[:, None])  # IEEE division: GPU `/` may be 2 ulp off
     r = tl.minimum(tl.floor(tl.abs(y) + 0.5), _INT8_MAX)  # round half away from zero
     q = tl.where(y < 0, -r, r)
 

@@ -68,8 +68,8 @@ def _per_token_quant_int8_kernel(
 
     x = tl.load(x_ptr + rows64[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)  # all arithmetic in fp32
-    scale = tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX) / _INT8_MAX  # (BLOCK_M,)
-    y = x / scale[:, None]
+    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), _MIN_ABSMAX), _INT8_MAX)  # (BLOCK_M,)
+    y = tl.math.div_rn(x, scale[:, None])  # IEEE division: GPU `/` may be 2 ulp off
     r = tl.floor(tl.abs(y) + 0.5)  # round half away from zero, on the magnitude
     r = tl.minimum(r, _INT8_MAX)
     q = tl.where(y < 0, -r, r)

@@ -70,8 +70,9 @@ def _int8_asym_kernel(
         lo = tl.minimum(lo, tl.where(mask, x, float("inf")))
         hi = tl.maximum(hi, tl.where(mask, x, float("-inf")))
     xmin = tl.minimum(tl.min(lo, axis=0), 0.0)  # the range always contains 0
-    scale = tl.maximum(tl.maximum(tl.max(hi, axis=0), 0.0) - xmin, 1e-10) / 255.0
-    zp = -128.0 - xmin / scale
+    # IEEE divisions (tl.math.div_rn): the GPU's `/` may be 2 ulp off and flip a rounding
+    scale = tl.math.div_rn(tl.maximum(tl.maximum(tl.max(hi, axis=0), 0.0) - xmin, 1e-10), 255.0)
+    zp = -128.0 - tl.math.div_rn(xmin, scale)
     azp = tl.where(zp < 0, -tl.floor(-zp + 0.5), tl.floor(zp + 0.5))  # half away from zero
     tl.store(s_ptr + row, scale)
     tl.store(z_ptr + row, azp.to(tl.int32))
@@ -79,7 +80,7 @@ def _int8_asym_kernel(
     for start in range(0, N, BLOCK_N):
         offs = start + tl.arange(0, BLOCK_N)
         mask = offs < N
-        y = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32) / scale
+        y = tl.math.div_rn(tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32), scale)
         r = tl.where(y < 0, -tl.floor(-y + 0.5), tl.floor(y + 0.5))
         q = tl.clamp(r + azp, -128.0, 127.0)
         tl.store(q_ptr + row * stride_qm + offs, q.to(tl.int8), mask=mask)
