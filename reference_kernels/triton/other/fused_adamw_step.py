@@ -62,6 +62,8 @@ def _adamw_kernel(
     decay,  # 1 - lr * weight_decay
     beta1,
     beta2,
+    one_minus_beta1,  # folded in double on the host, as torch does: 1 - 0.999 in fp32 is 1e-5 off
+    one_minus_beta2,
     step_size,  # lr / (1 - beta1^step)
     inv_sqrt_bc2,  # 1 / sqrt(1 - beta2^step)
     eps,
@@ -74,10 +76,10 @@ def _adamw_kernel(
     g = tl.load(g_ptr + offs, mask=mask, other=0.0)
     m = tl.load(m_ptr + offs, mask=mask, other=0.0)
     v = tl.load(v_ptr + offs, mask=mask, other=0.0)
-    m = beta1 * m + (1.0 - beta1) * g
-    v = beta2 * v + (1.0 - beta2) * g * g
-    denom = tl.sqrt(v) * inv_sqrt_bc2 + eps
-    p = p * decay - step_size * (m / denom)
+    m = beta1 * m + one_minus_beta1 * g
+    v = beta2 * v + one_minus_beta2 * g * g
+    denom = tl.sqrt_rn(v) * inv_sqrt_bc2 + eps  # IEEE sqrt and division (the GPU's defaults are not)
+    p = p * decay - step_size * tl.math.div_rn(m, denom)
     tl.store(p_ptr + offs, p, mask=mask)
     tl.store(m_ptr + offs, m, mask=mask)
     tl.store(v_ptr + offs, v, mask=mask)
@@ -138,7 +140,7 @@ def fused_adamw_step(
     blk = block or 1024
     _adamw_kernel[(triton.cdiv(n, blk),)](
         params, grads, exp_avg, exp_avg_sq, n,
-        1.0 - lr * weight_decay, beta1, beta2,
+        1.0 - lr * weight_decay, beta1, beta2, 1.0 - beta1, 1.0 - beta2,
         lr / (1.0 - beta1**step), 1.0 / math.sqrt(1.0 - beta2**step), eps,
         BLOCK=blk, num_warps=num_warps or 4,
     )  # fmt: skip

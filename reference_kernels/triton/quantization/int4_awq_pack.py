@@ -81,9 +81,11 @@ def _int4_awq_pack_kernel(
 
     wmax = tl.max(w, axis=0)
     wmin = tl.min(w, axis=0)
-    scale = tl.maximum(wmax - wmin, min_range) / MAXQ  # (BLOCK_N,) fp32
-    zero = tl.clamp(tl.floor(-wmin / scale + 0.5), 0.0, MAXQ)
-    q = tl.clamp(tl.floor(w / scale[None, :] + 0.5) + zero[None, :], 0.0, MAXQ).to(tl.int32)
+    # IEEE divisions (tl.math.div_rn): the GPU's `/` may be 2 ulp off and flip a rounding
+    scale = tl.math.div_rn(tl.maximum(wmax - wmin, min_range), MAXQ)  # (BLOCK_N,) fp32
+    zero = tl.clamp(tl.floor(tl.math.div_rn(-wmin, scale) + 0.5), 0.0, MAXQ)
+    q = tl.floor(tl.math.div_rn(w, scale[None, :]) + 0.5)
+    q = tl.clamp(q + zero[None, :], 0.0, MAXQ).to(tl.int32)
 
     # slot of column 8j + p is p // 2 + 4 * (p % 2); shift into place and sum the 8 nibbles
     p = tl.arange(0, 8)
@@ -164,7 +166,8 @@ def reference(
     k, n = w.shape
     wg = w.float().view(k // group_size, group_size, n)
     wmax, wmin = wg.amax(dim=1), wg.amin(dim=1)
-    scale = (wmax - wmin).clamp(min=MIN_RANGE) / MAX_Q
+    span = (wmax - wmin).clamp(min=MIN_RANGE)
+    scale = span / span.new_tensor(MAX_Q)  # a device tensor: CUDA torch turns `/ float` into `* (1 / float)`, 1 ulp off IEEE division
     zero = torch.floor(-wmin / scale + 0.5).clamp(0, MAX_Q)
     q = (torch.floor(wg / scale[:, None, :] + 0.5) + zero[:, None, :]).clamp(0, MAX_Q)
     return _pack_awq(q.view(k, n)), _pack_awq(zero), scale.to(w.dtype)

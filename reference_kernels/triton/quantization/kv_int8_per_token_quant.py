@@ -143,7 +143,8 @@ def kv_int8_per_token_quant(
 
 def _quant_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xf = x.float()
-    scale = xf.abs().amax(dim=-1).clamp(min=MIN_ABSMAX) / INT8_MAX
+    absmax = xf.abs().amax(dim=-1).clamp(min=MIN_ABSMAX)
+    scale = absmax / absmax.new_tensor(INT8_MAX)  # a device tensor: CUDA torch turns `/ float` into `* (1 / float)`, 1 ulp off IEEE division
     y = xf / scale[..., None]
     q = torch.sign(y) * torch.floor(y.abs() + 0.5).clamp(max=INT8_MAX)
     return q.to(torch.int8), scale

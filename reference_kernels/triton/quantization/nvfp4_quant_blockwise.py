@@ -103,11 +103,11 @@ def _nvfp4_quant_blockwise_kernel(
     x_odd = tl.load(even + 1, mask=mask, other=0.0).to(tl.float32)
 
     amax = tl.max(tl.maximum(tl.abs(x_even), tl.abs(x_odd)), axis=1)  # (BLOCK_G,)
-    s = tl.minimum(amax * global_scale / 6.0, 448.0)
+    s = tl.minimum(tl.math.div_rn(amax * global_scale, 6.0), 448.0)  # IEEE division, as torch
     s = _round_to_e4m3(s)  # an exact e4m3 value, kept in fp32
     safe = tl.where(s > 0, s, 1.0)[:, None]
-    v_even = tl.where(s[:, None] > 0, x_even * global_scale / safe, 0.0)
-    v_odd = tl.where(s[:, None] > 0, x_odd * global_scale / safe, 0.0)
+    v_even = tl.where(s[:, None] > 0, tl.math.div_rn(x_even * global_scale, safe), 0.0)
+    v_odd = tl.where(s[:, None] > 0, tl.math.div_rn(x_odd * global_scale, safe), 0.0)
     packed = _e2m1_code(v_even) | (_e2m1_code(v_odd) << 4)
 
     codes = codes_ptr + row * stride_cm + offs_g[:, None] * 8 + pair[None, :]
@@ -168,7 +168,9 @@ def reference(x: torch.Tensor, global_scale: float = 1.0) -> tuple[torch.Tensor,
     m, n = x.shape
     xg = x.float().reshape(m, n // GROUP, GROUP)
     amax = xg.abs().amax(dim=-1)
-    s = (amax * global_scale / E2M1_MAX).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn).float()
+    scaled = amax * global_scale
+    s = scaled / scaled.new_tensor(E2M1_MAX)  # a device tensor: CUDA torch turns `/ float` into `* (1 / float)`, 1 ulp off IEEE division
+    s = s.clamp(max=E4M3_MAX).to(torch.float8_e4m3fn).float()
     safe = torch.where(s > 0, s, torch.ones_like(s))[..., None]
     v = torch.where(s[..., None] > 0, xg * global_scale / safe, torch.zeros_like(xg))
     grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=x.device)

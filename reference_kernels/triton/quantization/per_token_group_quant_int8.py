@@ -119,7 +119,8 @@ def reference(x: torch.Tensor, group_size: int = 128) -> tuple[torch.Tensor, tor
     """Return (q, scales) in fp32 PyTorch with the same rounding (half away from zero)."""
     t, n = x.shape
     blocks = x.float().view(t, n // group_size, group_size)
-    scales = blocks.abs().amax(dim=-1).clamp(min=MIN_ABSMAX) / INT8_MAX
+    absmax = blocks.abs().amax(dim=-1).clamp(min=MIN_ABSMAX)
+    scales = absmax / absmax.new_tensor(INT8_MAX)  # a device tensor: CUDA torch turns `/ float` into `* (1 / float)`, 1 ulp off IEEE division
     y = blocks / scales[..., None]
     q = torch.sign(y) * torch.floor(y.abs() + 0.5).clamp(max=INT8_MAX)
     return q.view(t, n).to(torch.int8), scales

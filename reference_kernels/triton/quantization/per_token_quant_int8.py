@@ -123,7 +123,8 @@ def per_token_quant_int8(
 def reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (q, scale) in fp32 PyTorch with the same rounding (half away from zero)."""
     xf = x.float()
-    scale = xf.abs().amax(dim=-1, keepdim=True).clamp(min=MIN_ABSMAX) / INT8_MAX
+    absmax = xf.abs().amax(dim=-1, keepdim=True).clamp(min=MIN_ABSMAX)
+    scale = absmax / absmax.new_tensor(INT8_MAX)  # a device tensor: CUDA torch turns `/ float` into `* (1 / float)`, 1 ulp off IEEE division
     y = xf / scale
     q = torch.sign(y) * torch.floor(y.abs() + 0.5).clamp(max=INT8_MAX)
     return q.to(torch.int8), scale

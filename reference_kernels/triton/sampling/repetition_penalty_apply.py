@@ -79,7 +79,7 @@ def _repetition_penalty_apply_kernel(
         ids = tl.load(ids_ptr + row * stride_ib + pos, mask=pos < L, other=-1).to(tl.int64)
         valid = (pos < L) & (ids >= 0) & (ids < V)
         x = tl.load(x_row + ids, mask=valid, other=0.0)
-        y = tl.where(x > 0, x / penalty, x * penalty)
+        y = tl.where(x > 0, tl.math.div_rn(x, penalty), x * penalty)  # IEEE division, as torch
         tl.store(out_row + ids, y, mask=valid)
 
 
