@@ -48,7 +48,10 @@ KERNEL_CALLS: list[tuple[str, str]] = []
 
 @pytest.fixture(scope="module")
 def load_kernel() -> Iterator[Callable[[str], types.ModuleType]]:
-    """Return ``load(relpath)`` -> the kernel module, e.g. ``load("triton/norm/rms_norm.py")``."""
+    """Return ``load(relpath)`` -> the kernel module.
+
+    For example ``load("triton/norm/rms_norm_rowwise.py")``.
+    """
     loaded: dict[str, types.ModuleType] = {}
     with pytest.MonkeyPatch.context() as mp:
         if ON_GPU:
