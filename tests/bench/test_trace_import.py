@@ -531,4 +531,7 @@ def test_cuda_trace_attributes_kernels_to_their_ops(tmp_path: Path) -> None:
         load_suite(tmp_path / "suite").problem(op.name)
     from_averages = read_trace(averages, OP_MAP.keys())
     assert from_averages.basis == "gpu"
-    assert from_averages.total_us == pytest.approx(profile_.total_us, rel=0.01)
+    # key_averages cannot separate CUPTI's buffer request from the op it interrupted
+    assert from_averages.total_us == pytest.approx(
+        profile_.total_us, rel=0.01
+    ) or from_averages.total_us == pytest.approx(profile_.total_us + overhead, rel=0.01)
