@@ -46,3 +46,39 @@ def test_a_cpu_run_scores_a_kernel_on_the_atrex30_and_example_problems(tmp_path:
     # the fp32-computed example reference wants the single rounding
     assert rows["examples/silu_and_mul"]["verdict"] == "accepted"
     assert rows["examples/silu_and_mul"]["tuning"] == {"round_act": False}
+
+
+def test_the_most_important_kernels_serve_the_heaviest_operators_first() -> None:
+    rows = [
+        {"kernel": "a", "problem": "atrex30/light", "verdict": "accepted"},
+        {"kernel": "b", "problem": "atrex30/heavy", "verdict": "wrong_output"},
+        {"kernel": "c", "problem": "examples/heavy", "verdict": "accepted"},
+        {"kernel": "d", "problem": "atrex30/heavy", "verdict": "accepted"},
+        {"kernel": "a", "problem": "atrex30/heavy", "verdict": "accepted"},
+        {"kernel": "e", "problem": "atrex30/unknown", "verdict": "accepted"},
+    ]
+    ranked = _module().ranked_kernels(rows, {"heavy": 0.5, "light": 0.1})
+    # a rejected pair and a non-atrex30 problem rank nothing; a kernel ranks by its heaviest op
+    assert ranked == ["d", "a"]
+
+
+def test_measured_entries_from_a_results_file_land_in_the_headers(tmp_path: Path) -> None:
+    src = REPO / "reference_kernels" / "triton" / "norm" / "rms_norm_rowwise.py"
+    copy = tmp_path / "triton" / "norm" / "rms_norm_rowwise.py"  # the layout load_kernels wants
+    copy.parent.mkdir(parents=True)
+    copy.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    entry = {"device": "NVIDIA H200", "shape": "rms_norm/t4096_h4096", "dtype": "bf16",
+             "latency_us": 12.5, "sol_fraction": 0.61, "date": "2026-12-03"}  # fmt: skip
+    rows = [
+        {"kernel": "rms_norm_rowwise", "measured": [entry]},
+        {"kernel": "rms_norm_rowwise", "measured": []},
+    ]
+    assert _module().apply_measured(rows, {"rms_norm_rowwise": copy}) == 1
+    (kernel,), problems = load_kernels(tmp_path)
+    assert problems == []
+    (measured,) = kernel.meta.measured
+    assert (measured.device, measured.shape, measured.latency_us) == (
+        "NVIDIA H200",
+        "rms_norm/t4096_h4096",
+        12.5,
+    )
