@@ -17,6 +17,7 @@ from aka.cli import config as config_cmd
 from aka.cli import hardware as hardware_cmd
 from aka.cli import kb as kb_cmd
 from aka.cli import optimize as optimize_cmd
+from aka.cli import serve as serve_cmd
 from aka.cli import trace as trace_cmd
 from aka.cli.state import CliState
 from aka.core import (
@@ -48,6 +49,8 @@ app.add_typer(kb_cmd.app, name="kb")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(trace_cmd.app, name="trace")
 app.command("optimize")(optimize_cmd.optimize)
+app.command("serve")(serve_cmd.serve)
+app.add_typer(serve_cmd.token_app, name="token")
 
 
 def _version(value: bool) -> None:

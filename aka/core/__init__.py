@@ -16,6 +16,7 @@ from aka.core.config import (
 from aka.core.errors import (
     AgentError,
     AkaError,
+    AuthError,
     BaselineError,
     BenchError,
     ConfigError,
@@ -31,6 +32,7 @@ from aka.core.errors import (
 from aka.core.progress import ProgressCallback, ProgressEvent, emit
 
 __all__ = [
+    "AuthError",
     "OFFLINE_ENV_DEFAULTS",
     "AgentConfig",
     "AgentError",

@@ -219,10 +219,33 @@ class KBConfig(_Section):
 
 
 class ServiceConfig(_Section):
-    """The REST service."""
+    """The REST service: where it listens, where it keeps jobs, and its limits."""
 
     host: str = Field(default="127.0.0.1")
     port: int = Field(default=8000, ge=1, le=65535)
+    data_dir: Path | None = Field(
+        default=None,
+        description="Job store (service.sqlite) and job directories; None = <data dir>/service.",
+    )
+    workers: int | Literal["auto"] = Field(
+        default="auto",
+        description="Job slots: 'auto' = one per visible GPU (CUDA_VISIBLE_DEVICES), 1 without.",
+    )
+    max_attempts: int = Field(default=3, ge=1, description="Tries per job when its worker dies.")
+    max_request_bytes: int = Field(default=1_000_000, ge=1024, description="Largest request body.")
+    rate_limit_per_minute: int = Field(
+        default=120, ge=1, description="Requests per token per minute (a token bucket)."
+    )
+    cors_origins: list[str] = Field(default_factory=list, description="Allowed origins; [] = off.")
+    runner: str = Field(
+        default="aka.service.runner:run_job",
+        description="module:function that runs one job in its worker process (tests swap it).",
+    )
+    poll_interval_s: float = Field(default=0.2, gt=0, description="Queue and event polling.")
+
+    def resolved_data_dir(self) -> Path:
+        """The data directory, defaulting under the user data dir."""
+        return self.data_dir or Path(platformdirs.user_data_dir(_APP_NAME)) / "service"
 
 
 class Settings(BaseSettings):

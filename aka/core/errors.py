@@ -15,6 +15,7 @@ itself, or of the input a person gave it, raise::
                        BaselineError (reference itself fails)
       KBError       -> IndexNotBuiltError
       AgentError    -> LLMError (provider failed after retries)
+      AuthError                    service request without a valid token (401) or scope (403)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "AgentError",
     "AkaError",
+    "AuthError",
     "BaselineError",
     "BenchError",
     "ConfigError",
@@ -134,3 +136,13 @@ class LLMError(AgentError):
     """The LLM provider failed after the configured retries."""
 
     code = "agent.llm"
+
+
+class AuthError(AkaError):
+    """A service request without a valid token (``status`` 401) or without its scope (403)."""
+
+    code = "auth.unauthorized"
+
+    def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.status = status

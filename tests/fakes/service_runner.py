@@ -1,0 +1,61 @@
+"""Job runners for the service tests: the real ``aka.service.runner`` and agent, fake evaluator.
+
+``run_job`` drives the real agent graph with a scripted proposer and ``SyntheticScorer`` (fast,
+no GPU). The others misbehave on purpose: ``crash_once`` kills its process on a job's first
+attempt, ``crash_always`` on every attempt, ``slow`` sleeps until it is cancelled or killed.
+Selected with ``AKA_SERVICE__RUNNER=tests.fakes.service_runner:<name>``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from aka.agent.records import Proposal, ProposalBatch, ProposalContext
+from aka.core import Settings
+from aka.service.runner import run_job as real_run_job
+from aka.service.store import JobRow, JobStore
+from tests.fakes.scorer import SyntheticScorer
+
+ROUND_DELAY_S = float(os.environ.get("AKA_TEST_ROUND_DELAY_S", "0"))
+
+
+def _kernel(latency_us: float, tag: str) -> str:
+    return f"class ModelNew:\n    pass\n# tag: {tag}\n# fake-latency-us: {latency_us}\n"
+
+
+class _Faster:
+    """Each round proposes one kernel 10 % faster than the last."""
+
+    name = "scripted"
+
+    def propose(self, ctx: ProposalContext) -> ProposalBatch:
+        time.sleep(ROUND_DELAY_S)
+        latency = 100.0 * 0.9**ctx.round
+        source = _kernel(latency, f"r{ctx.round}")
+        return ProposalBatch(proposals=[Proposal(source=source, family=f"f{ctx.round}",
+                                                 origin="scripted")])  # fmt: skip
+
+
+def run_job(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    return real_run_job(
+        settings, job, store, scorer=SyntheticScorer(), proposer_factory=lambda _s: _Faster(),
+        use_kb=False,
+    )  # fmt: skip
+
+
+def crash_once(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    if job.attempts == 1:
+        os._exit(7)  # a hard crash: no exception, no cleanup
+    return run_job(settings, job, store)
+
+
+def crash_always(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    os._exit(9)
+
+
+def slow(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    store.add_event(job.id, "progress", {"stage": "sleeping"})
+    time.sleep(600)
+    return {}
