@@ -1,4 +1,6 @@
 # aka on a CUDA machine: `docker build -t aka .` then `docker run --gpus all aka --help`.
+# The service: `docker run --gpus all -p 8000:8000 -v aka-data:/home/aka aka serve` (tokens:
+# `docker run -v aka-data:/home/aka aka token create --scopes read,submit`).
 #
 # Dependencies are installed by scripts/install-deps.sh, the same script CI runs (there without
 # --gpu, so CI gets the CPU torch pin; here torch/triton come from the CUDA wheel index below).
@@ -53,6 +55,12 @@ ENV HF_HUB_OFFLINE=1 \
 RUN groupadd --gid 10001 aka \
     && useradd --no-log-init --create-home --uid 10001 --gid 10001 aka
 USER 10001:10001
+
+# `aka serve` listens on every interface inside the container (publish it with -p) and keeps its
+# job store under the aka user's home, where a volume keeps it across containers.
+ENV AKA_SERVICE__HOST=0.0.0.0 \
+    AKA_SERVICE__DATA_DIR=/home/aka/service
+EXPOSE 8000
 
 ENTRYPOINT ["aka"]
 CMD ["--help"]
