@@ -7,103 +7,26 @@ Jobs run the real service runner and agent graph in their own processes; the eva
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
 from aka.service.auth import RateLimiter
+from tests.fakes.service_server import Server, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A running ``aka serve`` and how to reach it."""
-
-    url: str
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes]
-    log: Path
-    clients: list[httpx.Client] = field(default_factory=list)
-
-    def token(self, scopes: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "aka", "token", "create", "--scopes", scopes],
-            env=self.env, capture_output=True, text=True, timeout=120, check=True,
-        )  # fmt: skip
-        return done.stdout.strip().splitlines()[-1].split()[-1]
-
-    def client(self, token: str | None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        client = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
-        self.clients.append(client)
-        return client
-
-
-def _start(tmp: Path, runner: str, **env: str) -> Server:
-    port = _free_port()
-    full = {
-        **os.environ,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "AKA_SERVICE__DATA_DIR": str(tmp / "service"),
-        "AKA_SERVICE__PORT": str(port),
-        "AKA_SERVICE__WORKERS": "1",
-        "AKA_SERVICE__POLL_INTERVAL_S": "0.05",
-        "AKA_SERVICE__RUNNER": f"tests.fakes.service_runner:{runner}",
-        "AKA_PATHS__RUNS_DIR": str(tmp / "runs"),
-        "CUDA_VISIBLE_DEVICES": "",
-        **env,
-    }
-    log = tmp / f"server-{port}.log"
-    tmp.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as sink:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aka", "serve"], env=full, cwd=REPO,
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"aka serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                return Server(url, full, proc, log)
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"aka serve did not answer in 60 s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(server: Server, sig: int = signal.SIGTERM) -> None:
-    for client in server.clients:
-        client.close()
-    if server.proc.poll() is None:
-        os.killpg(server.proc.pid, sig)
-        server.proc.wait(30)
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = _start(tmp_path, "run_job")
+    s = start_server(tmp_path, "run_job")
     yield s
-    _stop(s)
+    stop_server(s)
 
 
 def _wait(client: httpx.Client, job_id: str, timeout_s: float = 120.0) -> dict:
@@ -246,7 +169,7 @@ def test_the_openapi_schema_lists_every_route_with_examples(server: Server) -> N
 
 
 def test_a_crashed_job_process_is_retried_then_fails(tmp_path: Path) -> None:
-    once = _start(tmp_path / "a", "crash_once")
+    once = start_server(tmp_path / "a", "crash_once")
     try:
         client = once.client(once.token("read,submit"))
         job_id = client.post("/v1/jobs", json={"operator": "rms_norm", "budget": {"max_iters": 1}}
@@ -254,8 +177,8 @@ def test_a_crashed_job_process_is_retried_then_fails(tmp_path: Path) -> None:
         job = _wait(client, job_id)
         assert job["status"] == "succeeded" and job["attempts"] == 2
     finally:
-        _stop(once)
-    always = _start(tmp_path / "b", "crash_always", AKA_SERVICE__MAX_ATTEMPTS="2")
+        stop_server(once)
+    always = start_server(tmp_path / "b", "crash_always", AKA_SERVICE__MAX_ATTEMPTS="2")
     try:
         client = always.client(always.token("read,submit"))
         ids = [client.post("/v1/jobs", json={"operator": "rms_norm"}).json()["id"]
@@ -266,11 +189,11 @@ def test_a_crashed_job_process_is_retried_then_fails(tmp_path: Path) -> None:
             assert "exit code 9" in job["error"]
         assert client.get("/readyz").json()["status"] == "ready"  # still serving
     finally:
-        _stop(always)
+        stop_server(always)
 
 
 def test_cancel_stops_a_running_job_and_a_queued_one(tmp_path: Path) -> None:
-    s = _start(tmp_path, "slow")
+    s = start_server(tmp_path, "slow")
     try:
         client = s.client(s.token("read,submit"))
         running = client.post("/v1/jobs", json={"operator": "rms_norm"}).json()["id"]
@@ -283,12 +206,12 @@ def test_cancel_stops_a_running_job_and_a_queued_one(tmp_path: Path) -> None:
         assert client.post(f"/v1/jobs/{running}/cancel").status_code == 202
         assert _wait(client, running, 30)["status"] == "cancelled"
     finally:
-        _stop(s)
+        stop_server(s)
 
 
 def test_a_job_survives_a_server_kill_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     slow_rounds = {"AKA_TEST_ROUND_DELAY_S": "1.0"}
-    first = _start(tmp_path, "run_job", **slow_rounds)
+    first = start_server(tmp_path, "run_job", **slow_rounds)
     client = first.client(first.token("read,submit"))
     job_id = client.post("/v1/jobs", json={"operator": "rms_norm", "shapes": ["0"],
                                            "budget": {"max_iters": 4}}).json()["id"]  # fmt: skip
@@ -296,8 +219,8 @@ def test_a_job_survives_a_server_kill_and_resumes_from_its_checkpoint(tmp_path: 
     while not any(e.data.get("stage") == "evaluate" for e in _events_in_store(first, job_id)):
         assert time.monotonic() < deadline, "the job never reached its first evaluation"
         time.sleep(0.1)
-    _stop(first, signal.SIGKILL)  # no shutdown hook runs
-    second = _start(tmp_path, "run_job", **slow_rounds)
+    stop_server(first, signal.SIGKILL)  # no shutdown hook runs
+    second = start_server(tmp_path, "run_job", **slow_rounds)
     try:
         client = second.client(client.headers["Authorization"].split()[-1])
         job = _wait(client, job_id)
@@ -306,7 +229,7 @@ def test_a_job_survives_a_server_kill_and_resumes_from_its_checkpoint(tmp_path: 
         stages = [e.data.get("stage") for e in _events_in_store(second, job_id)]
         assert "resume" in stages
     finally:
-        _stop(second)
+        stop_server(second)
 
 
 def _events_in_store(server: Server, job_id: str) -> list:
