@@ -51,7 +51,9 @@ class Server:
         return client
 
 
-def start_server(tmp: Path, runner: str = "run_job", **env: str) -> Server:
+def start_server(
+    tmp: Path, runner: str = "run_job", *args: str, **env: str
+) -> Server:
     port = _free_port()
     full = {
         **os.environ,
@@ -69,7 +71,7 @@ def start_server(tmp: Path, runner: str = "run_job", **env: str) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "aka", "serve"], env=full, cwd=REPO,
+            [sys.executable, "-m", "aka", "serve", *args], env=full, cwd=REPO,
             stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
