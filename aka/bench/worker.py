@@ -288,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(workdir)
     ev = EventLog(workdir / "events.jsonl")
     task = json.loads((workdir / "task.json").read_text())
+    if os.environ.get("TRITON_INTERPRET") == "1":  # a CPU worker: bf16 stores round as on a GPU
+        from aka.bench.interpreter_fix import apply
+
+        apply()
     # The parent turns isolation off only for an ncu pass (ncu talks to its target over a socket).
     isolated = _isolate_network() if task.get("isolate_network", True) else False
     ev.emit("started", network_isolated=isolated, pid=os.getpid())

@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 import torch
 
+from aka.bench import interpreter_fix
+
 KERNELS = Path(__file__).resolve().parents[2] / "reference_kernels"
 ON_GPU = os.environ.get("AKA_KERNEL_TESTS_DEVICE") == "cuda"
 COMPILE_ONLY = os.environ.get("AKA_KERNEL_TESTS_DEVICE") == "sm90"
@@ -64,6 +66,7 @@ def load_kernel() -> Iterator[Callable[[str], types.ModuleType]]:
             _compile_only(mp)
         else:
             mp.setenv("TRITON_INTERPRET", "1")
+            interpreter_fix.apply()  # bf16 stores round to nearest even, as on a GPU
 
         def load(relpath: str) -> types.ModuleType:
             current = os.environ.get("PYTEST_CURRENT_TEST", "")
