@@ -54,9 +54,9 @@ def create(
     name: Annotated[str, typer.Option("--name", help="A label to recognise it by.")] = "cli",
 ) -> None:
     """Create a bearer token; it is shown once (only its hash is stored)."""
-    from aka.service import JobStore, create_token, parse_scopes, store_path
+    from aka.service import create_token, open_store, parse_scopes
 
     settings = settings_from(ctx)
-    token, row = create_token(JobStore(store_path(settings)), name, parse_scopes(scopes))
+    token, row = create_token(open_store(settings.service), name, parse_scopes(scopes))
     typer.echo(f"token {row.id} ({name}) with scopes {','.join(sorted(row.scopes))}:")
     typer.echo(token)

@@ -227,6 +227,11 @@ class ServiceConfig(_Section):
         default=None,
         description="Job store (service.sqlite) and job directories; None = <data dir>/service.",
     )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="postgresql://user:password@host/db for a shared job store; None = SQLite "
+        "in data_dir.",
+    )
     workers: int | Literal["auto"] = Field(
         default="auto",
         description="Job slots: 'auto' = one per visible GPU (CUDA_VISIBLE_DEVICES), 1 without.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aka.service.app import create_app
 from aka.service.auth import SCOPES, create_token, parse_scopes
 from aka.service.serve import serve, store_path
-from aka.service.store import JobStatus, JobStore
+from aka.service.store import JobStatus, JobStore, open_store
 from aka.service.worker import Dispatcher, gpu_slots
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "create_app",
     "create_token",
     "gpu_slots",
+    "open_store",
     "parse_scopes",
     "serve",
     "store_path",

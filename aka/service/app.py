@@ -32,7 +32,7 @@ from aka.service.models import (
     KBSearchResult,
 )
 from aka.service.runner import check_request, job_dir
-from aka.service.store import JobRow, JobStatus, JobStore, TokenRow
+from aka.service.store import JobRow, JobStatus, JobStore, TokenRow, open_store
 
 __all__ = ["create_app"]
 
@@ -138,7 +138,7 @@ def _view(job: JobRow) -> JobView:
 def create_app(settings: Settings, store: JobStore | None = None) -> FastAPI:
     """Build the app over the store under ``settings.service`` (the dispatcher runs apart)."""
     config = settings.service
-    store = store or JobStore(config.resolved_data_dir() / "service.sqlite")
+    store = store or open_store(config)
     app = FastAPI(
         title="aka",
         version="1",

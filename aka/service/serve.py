@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aka.core import Settings
 from aka.service.app import create_app
-from aka.service.store import JobStore
+from aka.service.store import open_store
 from aka.service.worker import Dispatcher
 
 __all__ = ["serve", "store_path"]
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 
 def store_path(settings: Settings) -> Path:
-    """The job store's SQLite file."""
+    """The job store's SQLite file (when no ``database_url`` is set)."""
     return settings.service.resolved_data_dir() / "service.sqlite"
 
 
@@ -28,9 +28,8 @@ def serve(settings: Settings, *, run_jobs: bool = True) -> None:
     """Serve on ``settings.service.host:port`` until interrupted; run jobs unless told not to."""
     import uvicorn
 
-    path = store_path(settings)
-    store = JobStore(path)
-    dispatcher = Dispatcher(settings, path) if run_jobs else None
+    store = open_store(settings.service)
+    dispatcher = Dispatcher(settings) if run_jobs else None
     if dispatcher is not None:
         dispatcher.start()
         slots = ", ".join(f"gpu {g}" if g is not None else "cpu" for g in dispatcher.slots)

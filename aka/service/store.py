@@ -1,8 +1,10 @@
-"""The service's durable state in SQLite: jobs, their progress events, and API tokens.
+"""The service's durable state: jobs, their progress events, and API tokens.
 
-Owns the schema and every query; the app, the dispatcher and the job processes each open their own
-``JobStore`` on the same file (WAL mode, so readers never wait on the one writer, and processes
-share it safely). Must not run jobs or know HTTP.
+Owns the schema and every query, for two databases: SQLite (the default, one file; WAL mode, so
+readers never wait on the one writer and the app, the dispatcher and the job processes share it
+safely) and PostgreSQL (``postgresql://...``, for API servers on several hosts sharing one store;
+claims use ``FOR UPDATE SKIP LOCKED``). Each thread opens its own connection. Must not run jobs
+or know HTTP.
 
 A job moves ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled``. A job whose
 process dies goes back to ``queued`` until it has used ``max_attempts``; a server that stops with
@@ -13,6 +15,7 @@ attempt resumes from the run's checkpoint.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import uuid
@@ -24,9 +27,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from aka.core import NotFoundError, SpecError
+from aka.core import NotFoundError, ServiceConfig, SpecError
 
-__all__ = ["EventRow", "JobRow", "JobStatus", "JobStore", "TokenRow"]
+__all__ = ["EventRow", "JobRow", "JobStatus", "JobStore", "TokenRow", "open_store"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -66,6 +69,28 @@ CREATE TABLE IF NOT EXISTS tokens (
     revoked INTEGER NOT NULL DEFAULT 0
 );
 """
+
+
+class _PgConnection:
+    """A psycopg connection that takes SQLite's ``?`` placeholders."""
+
+    _PLACEHOLDER = re.compile(r"\?")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.conn.execute(self._PLACEHOLDER.sub("%s", sql), params)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_store(service: ServiceConfig) -> JobStore:
+    """The store a ``ServiceConfig`` names: its ``database_url``, else SQLite in its data dir."""
+    if service.database_url is not None:
+        return JobStore(service.database_url.get_secret_value())
+    return JobStore(service.resolved_data_dir() / "service.sqlite")
 
 
 class JobStatus(StrEnum):
@@ -130,7 +155,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _job(row: sqlite3.Row) -> JobRow:
+def _job(row: Any) -> JobRow:
     return JobRow(
         id=row["id"],
         kind=row["kind"],
@@ -151,30 +176,57 @@ def _job(row: sqlite3.Row) -> JobRow:
 
 
 class JobStore:
-    """Jobs, events and tokens in one SQLite file; safe to share across threads and processes."""
+    """Jobs, events and tokens in SQLite (a path) or PostgreSQL (a ``postgresql://`` URL).
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+    Safe to share across threads (a connection per thread) and processes (the database's own
+    locking). SQL is written once with ``?`` placeholders; PostgreSQL gets ``%s``.
+    """
+
+    def __init__(self, location: Path | str) -> None:
+        text = str(location)
+        self.postgres = text.startswith(("postgresql://", "postgres://"))
+        self.location = text
         self._local = threading.local()
-        self._db().executescript(_SCHEMA)  # executescript commits on its own
+        if not self.postgres:
+            Path(text).parent.mkdir(parents=True, exist_ok=True)
+            self._db().executescript(_SCHEMA)  # executescript commits on its own
+        else:
+            with self._tx() as db:
+                db.execute("SELECT pg_advisory_xact_lock(4242)")  # one creator at a time
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
 
-    def _db(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+    @property
+    def path(self) -> Path:
+        """The SQLite file (not for PostgreSQL)."""
+        return Path(self.location)
+
+    def _db(self) -> Any:
+        db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=30000")
+            db = self._connect()
             self._local.db = db
         return db
 
+    def _connect(self) -> Any:
+        if self.postgres:
+            import psycopg
+            from psycopg.rows import dict_row
+
+            return _PgConnection(psycopg.connect(self.location, autocommit=True,
+                                                 row_factory=dict_row))  # fmt: skip
+        db = sqlite3.connect(self.location, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        return db
+
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front (BEGIN IMMEDIATE) so claims cannot race."""
+    def _tx(self) -> Iterator[Any]:
+        """One write transaction, taken up front so claims cannot race (SQLite: BEGIN IMMEDIATE)."""
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN" if self.postgres else "BEGIN IMMEDIATE")
         try:
             yield db
         except BaseException:
@@ -254,14 +306,15 @@ class JobStore:
 
     def count(self, status: JobStatus) -> int:
         """How many jobs are in ``status``."""
-        row = self._db().execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (str(status),))
-        return int(row.fetchone()[0])
+        row = self._db().execute("SELECT COUNT(*) AS n FROM jobs WHERE status = ?", (str(status),))
+        return int(row.fetchone()["n"])
 
     def claim(self, worker: str, max_attempts: int) -> JobRow | None:
         """Take the oldest queued job for ``worker`` (one attempt more), or None if none waits."""
         with self._tx() as db:
             row = db.execute(
-                "SELECT id, attempts FROM jobs WHERE status = ? ORDER BY created_at, id LIMIT 1",
+                "SELECT id, attempts FROM jobs WHERE status = ? ORDER BY created_at, id LIMIT 1"
+                + (" FOR UPDATE SKIP LOCKED" if self.postgres else ""),
                 (JobStatus.QUEUED,),
             ).fetchone()
             if row is None:
@@ -343,7 +396,8 @@ class JobStore:
         """Put one ``running`` job back in the queue without counting its attempt."""
         with self._tx() as db:
             done = db.execute(
-                "UPDATE jobs SET status = ?, worker = NULL, attempts = MAX(attempts - 1, 0), "
+                "UPDATE jobs SET status = ?, worker = NULL, "
+                "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, "
                 "updated_at = ? WHERE id = ? AND status = ?",
                 (JobStatus.QUEUED, _now(), job_id, JobStatus.RUNNING),
             )
@@ -351,11 +405,13 @@ class JobStore:
                 self._append(db, job_id, "status", {"status": JobStatus.QUEUED, "recovered": True})
 
     # ---------------------------------------------------------------- events
-    def _append(self, db: sqlite3.Connection, job_id: str, kind: str, data: dict[str, Any]) -> int:
+    def _append(self, db: Any, job_id: str, kind: str, data: dict[str, Any]) -> int:
+        if self.postgres:  # serialise appends to one job (SQLite's BEGIN IMMEDIATE already does)
+            db.execute("SELECT id FROM jobs WHERE id = ? FOR UPDATE", (job_id,))
         row = db.execute(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?", (job_id,)
+            "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM events WHERE job_id = ?", (job_id,)
         ).fetchone()
-        seq = int(row[0])
+        seq = int(row["seq"])
         db.execute(
             "INSERT INTO events (job_id, seq, created_at, kind, data) VALUES (?, ?, ?, ?, ?)",
             (job_id, seq, _now(), kind, json.dumps(data, default=str)),

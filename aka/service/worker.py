@@ -20,11 +20,10 @@ import socket
 import threading
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from aka.core import AkaError, Settings
-from aka.service.store import JobStatus, JobStore
+from aka.service.store import JobStatus, JobStore, open_store
 
 __all__ = ["Dispatcher", "gpu_slots"]
 
@@ -65,7 +64,7 @@ def _resolve(path: str) -> Callable[..., dict[str, Any]]:
     return fn
 
 
-def _job_main(settings_json: str, job_id: str, gpu: str | None) -> None:
+def _job_main(settings: Settings, job_id: str, gpu: str | None) -> None:
     """The job process: pin the GPU, run the job, record its end (a crash records nothing)."""
     os.setsid()  # its own process group: a cancel kills the scorer's workers with it
     _die_with_parent()
@@ -73,8 +72,7 @@ def _job_main(settings_json: str, job_id: str, gpu: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    settings = Settings.model_validate_json(settings_json)
-    store = JobStore(settings.service.resolved_data_dir() / "service.sqlite")
+    store = open_store(settings.service)
     job = store.get(job_id)
     try:
         result = _resolve(settings.service.runner)(settings, job, store)
@@ -107,9 +105,8 @@ def _die_with_parent() -> None:
 class Dispatcher:
     """Runs queued jobs on its slots until ``stop``; safe to start beside the app's server."""
 
-    def __init__(self, settings: Settings, store_path: Path) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store_path = store_path
         self.slots = gpu_slots(settings.service.workers)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -117,7 +114,7 @@ class Dispatcher:
 
     def start(self) -> None:
         """Recover jobs a stopped server left running, then start one thread per slot."""
-        recovered = JobStore(self.store_path).recover()
+        recovered = open_store(self.settings.service).recover()
         if recovered:
             logger.info("re-queued %d job(s) left running: %s", len(recovered), recovered)
         for i, gpu in enumerate(self.slots):
@@ -133,7 +130,7 @@ class Dispatcher:
             t.join(timeout_s)
 
     def _loop(self, index: int, gpu: str | None) -> None:
-        store = JobStore(self.store_path)
+        store = open_store(self.settings.service)
         name = f"{socket.gethostname()}:{os.getpid()}:slot{index}" + (f":gpu{gpu}" if gpu else "")
         poll = self.settings.service.poll_interval_s
         while not self._stop.is_set():
@@ -150,7 +147,11 @@ class Dispatcher:
 
     def _supervise(self, store: JobStore, job_id: str, gpu: str | None) -> None:
         proc = self._ctx.Process(
-            target=_job_main, args=(self.settings.model_dump_json(), job_id, gpu), daemon=False
+            # the Settings object itself (pickled over spawn's pipe): a JSON dump would mask
+            # its secrets (the LLM key, the database URL)
+            target=_job_main,
+            args=(self.settings, job_id, gpu),
+            daemon=False,
         )
         proc.start()
         poll = self.settings.service.poll_interval_s

@@ -255,3 +255,24 @@ def test_an_evaluation_scores_one_candidate(server: Server) -> None:
     assert job["status"] == "succeeded", job
     assert job["result"]["verdict"] == "accepted" and job["result"]["shapes"]
     assert "kernel" not in job["links"]  # an evaluation produces a verdict, not a kernel
+
+
+def test_a_job_runs_with_its_store_in_postgresql(tmp_path: Path) -> None:
+    from tests.fakes.postgres import postgres_server
+
+    with postgres_server() as url:
+        s = start_server(tmp_path, "run_job", AKA_SERVICE__DATABASE_URL=url)
+        try:
+            client = s.client(s.token("read,submit"))
+            job_id = client.post(
+                "/v1/jobs",
+                json={"operator": "rms_norm", "shapes": ["0"], "budget": {"max_iters": 1}},
+            ).json()["id"]
+            job = _wait(client, job_id)
+            assert job["status"] == "succeeded", job
+            assert "class ModelNew" in client.get(f"/v1/jobs/{job_id}/kernel").text
+            events = _sse(client, job_id)
+            assert events[-1]["data"] == {"status": "succeeded"}
+            assert not (tmp_path / "service" / "service.sqlite").exists()  # nothing in SQLite
+        finally:
+            stop_server(s)
