@@ -18,6 +18,7 @@ from aka.cli import hardware as hardware_cmd
 from aka.cli import kb as kb_cmd
 from aka.cli import optimize as optimize_cmd
 from aka.cli import serve as serve_cmd
+from aka.cli import tools as tools_cmd
 from aka.cli import trace as trace_cmd
 from aka.cli.state import CliState
 from aka.core import (
@@ -51,6 +52,8 @@ app.add_typer(trace_cmd.app, name="trace")
 app.command("optimize")(optimize_cmd.optimize)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(serve_cmd.token_app, name="token")
+app.add_typer(tools_cmd.app, name="tools")
+app.command("mcp")(tools_cmd.mcp)
 
 
 def _version(value: bool) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "PathsConfig",
     "ServiceConfig",
     "Settings",
+    "ToolsConfig",
     "apply_offline_defaults",
     "find_project_root",
     "load_settings",
@@ -253,6 +254,21 @@ class ServiceConfig(_Section):
         return self.data_dir or Path(platformdirs.user_data_dir(_APP_NAME)) / "service"
 
 
+class ToolsConfig(_Section):
+    """The tool adapters (``aka mcp``, LangChain, OpenAI): which aka service they call, and how."""
+
+    url: str = Field(
+        default="http://127.0.0.1:8000", description="Base URL of the aka service (`aka serve`)."
+    )
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token (`aka token create`; never logged)."
+    )
+    request_timeout_s: float = Field(default=30.0, gt=0, description="One HTTP request, seconds.")
+    job_timeout_s: float = Field(
+        default=3600.0, gt=0, description="Waiting for a job or evaluation to finish, seconds."
+    )
+
+
 class Settings(BaseSettings):
     """All of aka's settings; build with ``load_settings`` (never at import time)."""
 
@@ -270,6 +286,7 @@ class Settings(BaseSettings):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     kb: KBConfig = Field(default_factory=KBConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
     @classmethod
     def settings_customise_sources(

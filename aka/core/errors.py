@@ -16,6 +16,8 @@ itself, or of the input a person gave it, raise::
       KBError       -> IndexNotBuiltError
       AgentError    -> LLMError (provider failed after retries)
       AuthError                    service request without a valid token (401) or scope (403)
+      ServiceError                 a call to the REST service failed (client side: aka.tools);
+                                   carries the server's {code, message} and the HTTP status
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "LLMError",
     "NotFoundError",
     "SandboxError",
+    "ServiceError",
     "SpecError",
     "UnsupportedHardwareError",
 ]
@@ -144,5 +147,27 @@ class AuthError(AkaError):
     code = "auth.unauthorized"
 
     def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.status = status
+
+
+class ServiceError(AkaError):
+    """A call to the REST service failed, as a client (``aka.tools``) sees it.
+
+    ``code`` and the message are the server's ``{code, message}`` body when it answered (for
+    example ``spec.invalid`` with 422, ``auth.unauthorized`` with 401, ``kb.index_not_built`` with
+    503); ``status`` is the HTTP status, or None when no answer came: the service could not be
+    reached (``service.unreachable``), a job did not finish in time (``service.job_timeout``), or
+    a tool call named an unknown tool or bad arguments (``tools.*``).
+
+    Args:
+        message: What failed and what to do.
+        status: The HTTP status of the answer; None when there was none.
+        code: The server's error code (default ``service.error``).
+    """
+
+    code = "service.error"
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.status = status

@@ -22,6 +22,8 @@ EXPECTED_CODES = {
     "IndexNotBuiltError": "kb.index_not_built",
     "AgentError": "agent.error",
     "LLMError": "agent.llm",
+    "AuthError": "auth.unauthorized",
+    "ServiceError": "service.error",
 }
 
 

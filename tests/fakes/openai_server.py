@@ -5,7 +5,8 @@ talks to vLLM, Ollama or llama.cpp (litellm with ``model="openai/<name>"`` and `
 can be tested end to end without a provider. Each request takes the next item of the script:
 
 - a ``str``: a reply with that content;
-- a ``ScriptedReply``: a reply with chosen usage numbers and/or a delay (to provoke timeouts);
+- a ``ScriptedReply``: a reply with chosen usage numbers and/or a delay (to provoke timeouts),
+  or with ``tool_calls`` (``ScriptedToolCall``s: the assistant calls functions);
 - a ``ScriptedError``: an HTTP error status (500, 429, 401...) with an OpenAI-style error body.
 
 When the script runs out the server answers 400 with a message saying so (a non-transient status,
@@ -32,7 +33,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["ScriptedError", "ScriptedOpenAIServer", "ScriptedReply", "count_tokens"]
+__all__ = [
+    "ScriptedError",
+    "ScriptedOpenAIServer",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "count_tokens",
+]
 
 _COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -40,6 +47,14 @@ _COMPLETIONS_PATH = "/v1/chat/completions"
 def count_tokens(text: str) -> int:
     """The fake's token count: whitespace-separated words (deterministic, tokenizer-free)."""
     return len(text.split())
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """One function call of an assistant reply: the tool's name and its arguments (a dict)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,14 +66,18 @@ class ScriptedReply:
         prompt_tokens: Reported prompt tokens; None = the words in all request messages.
         completion_tokens: Reported completion tokens; None = the words in ``content``.
         delay_s: Seconds to wait before answering (a client timeout shorter than this fails).
-        finish_reason: ``"stop"``, or ``"length"`` to play a reply cut by the token limit.
+        finish_reason: ``"stop"``, or ``"length"`` to play a reply cut by the token limit
+            (``"tool_calls"`` whenever ``tool_calls`` is set).
+        tool_calls: Function calls of the reply (OpenAI's ``message.tool_calls``, ids
+            ``call_<n>``); ``content`` may then be empty (sent as null).
     """
 
-    content: str
+    content: str = ""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     delay_s: float = 0.0
     finish_reason: str = "stop"
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,6 +231,19 @@ class ScriptedOpenAIServer:
             if reply.completion_tokens is not None
             else count_tokens(reply.content)
         )
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        finish_reason = reply.finish_reason
+        if reply.tool_calls:
+            message["content"] = reply.content or None
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                }
+                for call in reply.tool_calls
+            ]
+            finish_reason = "tool_calls"
         return {
             "id": f"chatcmpl-scripted-{next(self._ids)}",
             "object": "chat.completion",
@@ -220,8 +252,8 @@ class ScriptedOpenAIServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": reply.content},
-                    "finish_reason": reply.finish_reason,
+                    "message": message,
+                    "finish_reason": finish_reason,
                     "logprobs": None,
                 }
             ],

@@ -51,9 +51,7 @@ class Server:
         return client
 
 
-def start_server(
-    tmp: Path, runner: str = "run_job", *args: str, **env: str
-) -> Server:
+def start_server(tmp: Path, runner: str = "run_job", *args: str, **env: str) -> Server:
     port = _free_port()
     full = {
         **os.environ,
