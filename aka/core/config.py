@@ -248,6 +248,9 @@ class ServiceConfig(_Section):
         description="module:function that runs one job in its worker process (tests swap it).",
     )
     poll_interval_s: float = Field(default=0.2, gt=0, description="Queue and event polling.")
+    use_kb: bool = Field(
+        default=True, description="Whether jobs' agents read the knowledge base (needs its index)."
+    )
 
     def resolved_data_dir(self) -> Path:
         """The data directory, defaulting under the user data dir."""

@@ -137,12 +137,12 @@ def run_job(
     *,
     scorer: Any = None,
     proposer_factory: Any = None,
-    use_kb: bool = True,
+    use_kb: bool | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` to the end in this process; return its result summary.
 
     ``scorer`` and ``proposer_factory`` replace the real scorer and proposer (a test's fake
-    evaluator behind the real agent); ``use_kb=False`` runs the agent without the knowledge base.
+    evaluator behind the real agent); ``use_kb`` overrides ``ServiceConfig.use_kb``.
 
     Raises:
         AkaError: The problem is invalid or the harness failed (the job fails with the message).
@@ -153,7 +153,8 @@ def run_job(
     if job.kind == "evaluate":
         return _evaluate(settings, job, problem_path, progress, scorer)
     parts = {"scorer": scorer, "proposer_factory": proposer_factory, "progress": progress}
-    return _optimize(settings, job, problem_path, base / "run", parts, use_kb)
+    kb = settings.service.use_kb if use_kb is None else use_kb
+    return _optimize(settings, job, problem_path, base / "run", parts, kb)
 
 
 def _optimize(

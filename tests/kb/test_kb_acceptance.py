@@ -43,9 +43,10 @@ def test_a_cpu_run_scores_a_kernel_on_the_atrex30_and_example_problems(tmp_path:
     rows = {r["problem"]: r for r in record["rows"]}
     assert set(rows) == {"atrex30/silu_and_mul", "examples/silu_and_mul"}
     assert all(r["kernel"] == "silu_and_mul_rowwise" for r in rows.values())
-    # the fp32-computed example reference wants the single rounding
-    assert rows["examples/silu_and_mul"]["verdict"] == "accepted"
-    assert rows["examples/silu_and_mul"]["tuning"] == {"round_act": False}
+    # accepted on both; the other rounding is tried only when the default one is rejected (with
+    # the interpreter rounding bf16 as a GPU does, the default passes the fp32-computed example)
+    assert {r["verdict"] for r in rows.values()} == {"accepted"}
+    assert all(r["tuning"] in ({}, {"round_act": False}) for r in rows.values())
 
 
 def test_the_most_important_kernels_serve_the_heaviest_operators_first() -> None:

@@ -150,3 +150,39 @@ def _client(server: Server) -> httpx.Client:
     if server.url not in _CLIENTS:
         _CLIENTS[server.url] = server.client(server.token("read,submit,custom-code"))
     return _CLIENTS[server.url]
+
+
+def test_one_job_end_to_end_in_cpu_mode_with_the_real_scorer(tmp_path: Path) -> None:
+    """The default runner: the real agent, the real scorer's CPU workers (Triton's interpreter)."""
+    server = start_server(
+        tmp_path, "run_job", AKA_SERVICE__RUNNER="aka.service.runner:run_job",
+        AKA_SERVICE__USE_KB="false",
+    )  # fmt: skip
+    try:
+        client = server.client(server.token("read,submit"))
+        r = client.post(
+            "/v1/jobs",
+            json={
+                "operator": "rms_norm",
+                "shapes": ["0"],
+                "budget": {"max_iters": 1},
+                "device": "cpu",
+            },
+        )
+        job_id = r.json()["id"]
+        deadline = time.monotonic() + 600
+        while (job := client.get(f"/v1/jobs/{job_id}").json())["status"] not in (
+            "succeeded",
+            "failed",
+            "cancelled",
+        ):
+            assert time.monotonic() < deadline, job
+            time.sleep(0.5)
+        assert job["status"] == "succeeded", job
+        assert job["result"]["mode"] == "cpu_interpreter"
+        assert job["result"]["performance_measured"] is False
+        assert job["result"]["produced_kernel"] is True
+        kernel = client.get(f"/v1/jobs/{job_id}/kernel")
+        assert kernel.status_code == 200 and "triton" in kernel.text
+    finally:
+        stop_server(server)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,11 @@ def _session_run(server: ToolServer, log: Path, token: str | None = None) -> dic
                 )
                 seen["bad"] = await session.call_tool("aka_kb_search", {"k": 3})
 
-    anyio.run(main)
+    # In a thread of its own: asyncio.run in the main thread would drop the main thread's current
+    # event loop (one that an earlier test's library, e.g. litellm, left set), which then dies
+    # unclosed and fails the session with a ResourceWarning.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, main).result()
     return seen
 
 
