@@ -101,7 +101,7 @@ def _need(scope: str) -> Any:
         wait = state.limiter.check(token.id)
         if wait is not None:
             raise AuthError(
-                f"rate limit of {state.per_minute} requests a minute reached; retry in "
+                f"rate limit of {state.limiter.per_minute} requests a minute reached; retry in "
                 f"{wait:.1f} s",
                 status=429,
                 code="auth.rate_limited",
@@ -147,7 +147,6 @@ def create_app(settings: Settings, store: JobStore | None = None) -> FastAPI:
     )
     app.state.store = store
     app.state.limiter = RateLimiter(config.rate_limit_per_minute)
-    app.state.per_minute = config.rate_limit_per_minute
     install_handlers(app)
     if config.cors_origins:
         app.add_middleware(
