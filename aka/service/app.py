@@ -4,23 +4,26 @@ Owns routes, auth per route, the body size limit and CORS. Must not contain opti
 jobs go to the store, the dispatcher's slots run them (``aka.service.worker``).
 
 Every route but ``/healthz`` needs a bearer token; a token sees its own jobs (``admin`` sees all);
-an inline problem needs the ``custom-code`` scope.
+an inline problem needs the ``custom-code`` scope. The job page (``/ui/jobs/{id}``, a browser
+navigation, which cannot send a header) also takes it as ``?access_token=``; the access log
+redacts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, StreamingResponse
 
 from aka.core import AuthError, NotFoundError, Settings
-from aka.service.auth import RateLimiter, verify_token
+from aka.service.auth import QUERY_TOKEN, QueryTokenRedactor, RateLimiter, verify_token
 from aka.service.handlers import install_handlers
 from aka.service.models import (
     ErrorBody,
@@ -31,6 +34,7 @@ from aka.service.models import (
     KBHit,
     KBSearchResult,
 )
+from aka.service.page import page_headers, render_job_page
 from aka.service.runner import check_request, job_dir
 from aka.service.store import JobRow, JobStatus, JobStore, TokenRow, open_store
 
@@ -92,27 +96,73 @@ async def _too_large(send: Any, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _authorize(request: Request, authorization: str | None, scope: str) -> TokenRow:
+    """The request's token, checked for ``scope`` and the rate limit."""
+    state = request.app.state
+    token = verify_token(state.store, authorization, scope)
+    wait = state.limiter.check(token.id)
+    if wait is not None:
+        raise AuthError(
+            f"rate limit of {state.limiter.per_minute} requests a minute reached; retry in "
+            f"{wait:.1f} s",
+            status=429,
+            code="auth.rate_limited",
+        )
+    return token
+
+
 def _need(scope: str) -> Any:
-    """A dependency: the request's token, checked for ``scope`` and the rate limit."""
+    """A dependency: the ``Authorization`` header's token, checked for ``scope``."""
 
     def check(request: Request, authorization: Annotated[str | None, Header()] = None) -> TokenRow:
-        state = request.app.state
-        token = verify_token(state.store, authorization, scope)
-        wait = state.limiter.check(token.id)
-        if wait is not None:
-            raise AuthError(
-                f"rate limit of {state.limiter.per_minute} requests a minute reached; retry in "
-                f"{wait:.1f} s",
-                status=429,
-                code="auth.rate_limited",
-            )
-        return token
+        return _authorize(request, authorization, scope)
+
+    return check
+
+
+def _need_in_page(scope: str) -> Any:
+    """A dependency for a page a browser opens: the header's token, else ``?access_token=``."""
+
+    def check(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        access_token: Annotated[
+            str | None,
+            Query(
+                alias=QUERY_TOKEN,
+                description="The bearer token, for a browser that cannot send the header "
+                "(RFC 6750 section 2.3); the page removes it from the address bar.",
+            ),
+        ] = None,
+    ) -> TokenRow:
+        if authorization is None and access_token:
+            authorization = f"Bearer {access_token}"
+        return _authorize(request, authorization, scope)
 
     return check
 
 
 Read = Annotated[TokenRow, Depends(_need("read"))]
+ReadPage = Annotated[TokenRow, Depends(_need_in_page("read"))]
 Submit = Annotated[TokenRow, Depends(_need("submit"))]
+
+
+def _redact_access_log() -> None:
+    """Keep ``?access_token=`` values out of uvicorn's access log (once per process).
+
+    A filter on the logger, not a handler: ``logging.config.dictConfig``, which uvicorn runs
+    when it starts, replaces a logger's handlers but keeps its filters.
+    """
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, QueryTokenRedactor) for f in access.filters):
+        access.addFilter(QueryTokenRedactor())
+
+
+def _problem_text(job: JobRow) -> str:
+    request = job.request
+    if request.get("operator"):
+        return f"{request['operator']} (suite {request.get('suite') or 'atrex30'})"
+    return f"inline problem ({(request.get('problem') or {}).get('format', '?')})"
 
 
 def _view(job: JobRow) -> JobView:
@@ -147,6 +197,7 @@ def create_app(settings: Settings, store: JobStore | None = None) -> FastAPI:
     )
     app.state.store = store
     app.state.limiter = RateLimiter(config.rate_limit_per_minute)
+    _redact_access_log()
     install_handlers(app)
     if config.cors_origins:
         app.add_middleware(
@@ -269,6 +320,21 @@ def create_app(settings: Settings, store: JobStore | None = None) -> FastAPI:
         name = {"md": "report.md", "html": "report.html", "json": "run.json"}[format]
         media = {"md": "text/markdown", "html": "text/html", "json": "application/json"}[format]
         return Response(_artifact(settings, job_id, name), media_type=media)
+
+    @app.get(
+        "/ui/jobs/{job_id}",
+        tags=["ui"],
+        response_class=HTMLResponse,
+        responses=_ERRORS | {200: {"content": {"text/html": {}}}},
+    )
+    def job_page(job_id: str, token: ReadPage) -> HTMLResponse:
+        """A page for a browser that follows one job: status, live events, result, SOL chart.
+
+        Open it as ``/ui/jobs/{id}?access_token=<token>`` (a navigation cannot send a header);
+        its script removes the token from the address bar and calls the JSON API with it.
+        """
+        job = owned(job_id, token)
+        return HTMLResponse(render_job_page(job.id, _problem_text(job)), headers=page_headers())
 
     @app.post("/v1/evaluations", status_code=202, tags=["evaluations"], responses=_ERRORS)
     def create_evaluation(

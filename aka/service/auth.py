@@ -1,7 +1,9 @@
 """Bearer tokens, scopes and the per-token rate limit of the service.
 
 Owns token creation (shown once, stored as a SHA-256 hash), scope checks and a token bucket per
-token. Must not know routes: the app asks ``authorize`` for a scope.
+token, and the log filter that keeps a token sent in a URL (``?access_token=``, accepted by the
+job page only) out of the access log. Must not know routes: the app asks ``verify_token`` for a
+scope.
 
 Scopes: ``read`` (list and follow jobs, fetch kernels and reports, search the KB), ``submit``
 (create jobs and evaluations, cancel jobs), ``custom-code`` (submit a problem or candidate whose
@@ -12,25 +14,33 @@ code is inline: it runs in sandboxed workers, but it is still code from the call
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from aka.core import AuthError, SpecError
 from aka.service.store import JobStore, TokenRow
 
 __all__ = [
+    "QUERY_TOKEN",
     "SCOPES",
+    "QueryTokenRedactor",
     "RateLimiter",
     "create_token",
     "hash_token",
     "parse_scopes",
+    "redact_query_token",
     "verify_token",
 ]
 
 SCOPES = frozenset({"read", "submit", "custom-code", "admin"})
 _PREFIX = "aka_"
+QUERY_TOKEN = "access_token"  # RFC 6750 section 2.3: the token as a URI query parameter
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;?#\s\"]*)=([^&;#\s\"]*)")
 
 
 def hash_token(token: str) -> str:
@@ -110,3 +120,41 @@ class RateLimiter:
                 bucket.tokens -= 1.0
                 return None
             return (1.0 - bucket.tokens) / rate
+
+
+def redact_query_token(text: str) -> str:
+    """``text`` with the value of every ``access_token=`` query parameter replaced.
+
+    The name is compared after percent-decoding, as the server parses it, so ``access%5Ftoken``
+    is redacted too.
+    """
+
+    def swap(m: re.Match[str]) -> str:
+        if unquote_plus(m.group(2)) != QUERY_TOKEN:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}=[redacted]"
+
+    return _QUERY_PAIR.sub(swap, text) if "=" in text else text
+
+
+class QueryTokenRedactor(logging.Filter):
+    """A log filter: redact ``access_token=`` values in a record's message and arguments.
+
+    Installed on the ``uvicorn.access`` logger, whose records carry the request's path with its
+    query string as an argument.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record in place; never drop it."""
+        if isinstance(record.msg, str):
+            record.msg = redact_query_token(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_query_token(a) if isinstance(a, str) else a for a in record.args
+            )
+        elif isinstance(record.args, dict):
+            record.args = {
+                k: redact_query_token(v) if isinstance(v, str) else v
+                for k, v in record.args.items()
+            }
+        return True

@@ -3,6 +3,9 @@
 ``run_job`` drives the real agent graph with a scripted proposer and ``SyntheticScorer`` (fast,
 no GPU). The others misbehave on purpose: ``crash_once`` kills its process on a job's first
 attempt, ``crash_always`` on every attempt, ``slow`` sleeps until it is cancelled or killed.
+``gated`` (the job page's browser test) emits an event whose message is markup, waits for the
+test to create the job's ``go`` file, then runs like ``run_job`` (in CPU-interpreter mode, with
+no timings, when the request says ``device: cpu``).
 Selected with ``AKA_SERVICE__RUNNER=tests.fakes.service_runner:<name>``.
 """
 
@@ -14,11 +17,13 @@ from typing import Any
 
 from aka.agent.records import Proposal, ProposalBatch, ProposalContext
 from aka.core import Settings
+from aka.service.runner import job_dir
 from aka.service.runner import run_job as real_run_job
 from aka.service.store import JobRow, JobStore
 from tests.fakes.scorer import SyntheticScorer
 
 ROUND_DELAY_S = float(os.environ.get("AKA_TEST_ROUND_DELAY_S", "0"))
+MARKUP = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2"> & <b>bold</b>'
 
 
 def _kernel(latency_us: float, tag: str) -> str:
@@ -59,3 +64,18 @@ def slow(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
     store.add_event(job.id, "progress", {"stage": "sleeping"})
     time.sleep(600)
     return {}
+
+
+def gated(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    store.add_event(job.id, "progress", {"source": "test", "stage": "gate", "message": MARKUP})
+    go = job_dir(settings, job.id) / "go"
+    deadline = time.monotonic() + 120
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nobody created {go}")
+        time.sleep(0.05)
+    cpu = job.request.get("device") == "cpu"
+    return real_run_job(
+        settings, job, store, scorer=SyntheticScorer(cpu=cpu),
+        proposer_factory=lambda _s: _Faster(), use_kb=False,
+    )  # fmt: skip

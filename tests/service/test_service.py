@@ -64,7 +64,7 @@ def test_every_route_but_healthz_needs_a_token(server: Server) -> None:
                          ("GET", "/v1/jobs/x"), ("GET", "/v1/jobs/x/events"),
                          ("GET", "/v1/jobs/x/kernel"), ("GET", "/v1/jobs/x/report"),
                          ("POST", "/v1/jobs/x/cancel"), ("POST", "/v1/evaluations"),
-                         ("GET", "/v1/kb/search?q=x")]:  # fmt: skip
+                         ("GET", "/v1/kb/search?q=x"), ("GET", "/ui/jobs/x")]:  # fmt: skip
         r = anon.request(method, path, json={})
         assert r.status_code == 401, (method, path, r.text)
         assert r.json()["code"] == "auth.unauthorized"
@@ -162,7 +162,8 @@ def test_the_openapi_schema_lists_every_route_with_examples(server: Server) -> N
     paths = schema["paths"]
     for path in ["/healthz", "/readyz", "/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/events",
                  "/v1/jobs/{job_id}/kernel", "/v1/jobs/{job_id}/report",
-                 "/v1/jobs/{job_id}/cancel", "/v1/evaluations", "/v1/kb/search"]:  # fmt: skip
+                 "/v1/jobs/{job_id}/cancel", "/v1/evaluations", "/v1/kb/search",
+                 "/ui/jobs/{job_id}"]:  # fmt: skip
         assert path in paths, path
     assert schema["components"]["schemas"]["JobRequest"]["examples"]
     assert "401" in paths["/v1/jobs"]["post"]["responses"]
