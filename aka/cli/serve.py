@@ -1,7 +1,8 @@
 """``aka serve`` (the REST service) and ``aka token create`` (its bearer tokens).
 
-Exit codes: ``aka serve`` 0 after Ctrl-C, 2 bad settings; ``aka token create`` 0 with the token as
-the last word of its last line, 2 unknown scopes.
+Exit codes: ``aka serve`` 0 after Ctrl-C, 2 bad settings (also ``--ray`` without Ray installed,
+with an unreachable cluster, or with a ``ray://`` address and the SQLite store); ``aka token
+create`` 0 with the token as the last word of its last line, 2 unknown scopes.
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ def serve(
     no_jobs: Annotated[
         bool, typer.Option("--no-jobs", help="Serve the API only; another process runs jobs.")
     ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the job slots as Ray actors, one per GPU of this cluster: 'auto', "
+            "'host:port' or 'ray://host:port' (pip install 'aka[ray]').",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the REST API (FastAPI on uvicorn) and run its jobs, one slot per GPU."""
+    """Serve the REST API (FastAPI on uvicorn) and run its jobs, one slot per GPU (or Ray actor)."""
     from aka.core.console import setup_logging
     from aka.service import serve as run_service
 
@@ -40,6 +50,8 @@ def serve(
         update["port"] = port
     if workers is not None:
         update["workers"] = workers if workers == "auto" else int(workers)
+    if ray is not None:
+        update["ray_address"] = ray
     service = settings.service.model_validate(settings.service.model_dump() | update)
     setup_logging("INFO")
     run_service(settings.model_copy(update={"service": service}), run_jobs=not no_jobs)

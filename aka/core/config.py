@@ -251,6 +251,12 @@ class ServiceConfig(_Section):
     use_kb: bool = Field(
         default=True, description="Whether jobs' agents read the knowledge base (needs its index)."
     )
+    ray_address: str | None = Field(
+        default=None,
+        description="Run the job slots as Ray actors on this cluster: 'auto', 'host:port' or "
+        "'ray://host:port' (pip install 'aka[ray]'); None = local processes. Actors on other "
+        "hosts need database_url (PostgreSQL).",
+    )
 
     def resolved_data_dir(self) -> Path:
         """The data directory, defaulting under the user data dir."""

@@ -32,8 +32,7 @@ def serve(settings: Settings, *, run_jobs: bool = True) -> None:
     dispatcher = Dispatcher(settings) if run_jobs else None
     if dispatcher is not None:
         dispatcher.start()
-        slots = ", ".join(f"gpu {g}" if g is not None else "cpu" for g in dispatcher.slots)
-        logger.info("job slots: %s", slots)
+        logger.info("job slots: %s", dispatcher.executor.describe())
     try:
         uvicorn.run(
             create_app(settings, store),

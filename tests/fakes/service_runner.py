@@ -6,6 +6,9 @@ attempt, ``crash_always`` on every attempt, ``slow`` sleeps until it is cancelle
 ``gated`` (the job page's browser test) emits an event whose message is markup, waits for the
 test to create the job's ``go`` file, then runs like ``run_job`` (in CPU-interpreter mode, with
 no timings, when the request says ``device: cpu``).
+``by_model`` (the Ray tests: one server, every case) picks by the request's ``model``: ``crash``
+like ``crash_always``, ``slow`` like ``slow`` (its event carries the job process's pid), else
+``run_job``.
 Selected with ``AKA_SERVICE__RUNNER=tests.fakes.service_runner:<name>``.
 """
 
@@ -79,3 +82,15 @@ def gated(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
         settings, job, store, scorer=SyntheticScorer(cpu=cpu),
         proposer_factory=lambda _s: _Faster(), use_kb=False,
     )  # fmt: skip
+
+
+def by_model(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    """Misbehave as the request's ``model`` says: ``crash`` (every attempt), ``slow``, else run."""
+    model = job.request.get("model")
+    if model == "crash":
+        os._exit(9)
+    if model == "slow":
+        store.add_event(job.id, "progress", {"stage": "sleeping", "pid": os.getpid()})
+        time.sleep(600)
+        return {}
+    return run_job(settings, job, store)
