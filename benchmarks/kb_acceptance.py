@@ -126,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--apply-measured", type=Path, help="Write a results file's entries; no run."
     )
+    parser.add_argument(
+        "--skip-done",
+        type=Path,
+        action="append",
+        default=[],
+        help="Earlier results file(s) of this device: their (kernel, problem) pairs are not re-run.",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     if args.write_measured and args.device != "cuda":
@@ -150,12 +157,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {count} measured entries from {args.apply_measured} into kernel headers")
         return 0
     wanted = {k.strip() for k in args.kernels.split(",") if k.strip()}
+    accepted_on: dict[str, set[str]] = {}  # --top: kernel -> the problems it was accepted on
     if args.top:
         from aka.spec import load_suite
 
         weights = {o.name: o.weight for o in load_suite("atrex30").operators}
-        ranked = ranked_kernels(json.loads(args.ranked_from.read_text())["rows"], weights)
+        ranked_rows = json.loads(args.ranked_from.read_text())["rows"]
+        ranked = ranked_kernels(ranked_rows, weights)
         wanted |= set(ranked[: args.top])
+        # a measured entry needs the problems the kernel was accepted on, not its whole family
+        for row in ranked_rows:
+            if row["verdict"] == "accepted":
+                accepted_on.setdefault(row["kernel"], set()).add(row["problem"])
+    done = {
+        (row["kernel"], row["problem"])
+        for path in args.skip_done
+        for row in json.loads(path.read_text())["rows"]
+    }
     kernels = [k for k in kernels if not wanted or k.meta.id in wanted]
     if args.top:  # most important first, so a run cut off by its time limit kept those
         order = {kid: i for i, kid in enumerate(ranked)}
@@ -163,7 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     if wanted - {k.meta.id for k in kernels}:
         parser.error(f"unknown kernels: {sorted(wanted - {k.meta.id for k in kernels})}")
     cpu = args.device == "cpu"
-    config = BenchConfig(min_samples=10, max_samples=200, sample_budget_s=0.1, cold_recheck="never")
+    # No torch.compile baseline: it costs seconds per shape and a measured entry does not use it.
+    config = BenchConfig(
+        min_samples=10,
+        max_samples=200,
+        sample_budget_s=0.1,
+        cold_recheck="never",
+        torch_compile_baseline=False,
+    )
     scorer = Scorer(config, Path("/tmp/aka-kb-acceptance-cache"), device=args.device)
     problems = [(w, p) for w, p in _problems() if args.problems in ("all", w)]
     origin = {id(p): where for where, p in problems}
@@ -197,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.deadline_s and time.monotonic() - started > args.deadline_s:
                 break
             key = f"{origin[id(problem)]}/{problem.name}"
+            if (k.meta.id, key) in done:
+                continue
+            if args.top and key not in accepted_on.get(k.meta.id, {key}):
+                continue
             if key not in signatures:
                 signatures[key] = scorer.input_signature(problem)
             result, tuning = None, {}

@@ -24,7 +24,8 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 82.848, sol_fraction: 0.3879, date: '2026-12-03'}
 ---
 atrex30's paged_attention_decode (one query token per sequence, vLLM's cache layout: k_cache
 (blocks, HKV, D / x, page, x) with x = 16 / itemsize, v_cache (blocks, HKV, D, page)), with the

@@ -23,7 +23,8 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 105.984, sol_fraction: 0.3032, date: '2026-12-03'}
 ---
 Decode attention (one query token per sequence, GQA) over vLLM's paged cache (k_cache (blocks,
 HKV, D / x, PAGE, x) with x = 16 bytes / itemsize, v_cache (blocks, HKV, D, PAGE)), split over the

@@ -26,7 +26,9 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 655.776, sol_fraction: 0.0673, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 2290.4, sol_fraction: 0.083, date: '2026-12-03'}
 ---
 Causal attention of packed variable-length queries (cu_seqlens_q) over a paged K/V cache (blocks,
 PAGE, HKV, D) addressed through a block table, queries aligned to the end of each sequence's

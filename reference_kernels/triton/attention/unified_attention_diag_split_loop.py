@@ -27,7 +27,9 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 1088.256, sol_fraction: 0.0405, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 1384.48, sol_fraction: 0.1373, date: '2026-12-03'}
 ---
 atrex30's unified_attention (varlen queries, paged KV cache (blocks, page, HKV, D), causal with the
 queries aligned to the end of the keys, GQA) with the FlashAttention-2 loop split. Program (seq,

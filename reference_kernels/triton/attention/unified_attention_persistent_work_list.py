@@ -27,7 +27,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 548.96, sol_fraction: 0.0803, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 3004.464, sol_fraction: 0.0633, date: '2026-12-03'}
 ---
 atrex30's unified_attention (varlen queries over a paged (blocks, page, HKV, D) cache, causal
 aligned to the end of the keys, GQA) scheduled as a work list. A one-program builder kernel walks

@@ -27,7 +27,9 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 824.352, sol_fraction: 0.0535, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 3190.896, sol_fraction: 0.0596, date: '2026-12-03'}
 ---
 Flash-attention forward for a batch of variable-length sequences whose keys and values live in a
 paged cache (pages of 16 tokens, `block_table` maps a sequence's logical page to a physical one).

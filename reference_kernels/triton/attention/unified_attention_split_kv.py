@@ -28,7 +28,9 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 7540.5121, sol_fraction: 0.0058, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 2133.28, sol_fraction: 0.0891, date: '2026-12-03'}
 ---
 atrex30's unified_attention (causal GQA attention of packed varlen queries over a paged KV cache,
 queries aligned to the end of their keys, fp32 softmax, output in q's dtype) with the key range of

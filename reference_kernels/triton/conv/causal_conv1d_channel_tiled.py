@@ -23,7 +23,8 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [..., C, L], dtype: x}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: causal_conv1d/0, dtype: bf16, latency_us: 3.872, sol_fraction: 0.7686, date: '2026-12-03'}
 ---
 The short causal convolution of Mamba / Gated DeltaNet blocks (atrex30's causal_conv1d): out[c, t] =
 act(bias[c] + sum_j w[c, j] * xp[c, t + j]) with xp = [initial_state[c] | x[c]], accumulated in

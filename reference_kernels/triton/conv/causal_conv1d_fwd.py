@@ -23,7 +23,8 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [..., C, L], dtype: x}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: causal_conv1d/0, dtype: bf16, latency_us: 4.352, sol_fraction: 0.6985, date: '2026-12-03'}
 ---
 The short causal convolution of Mamba / Gated DeltaNet blocks: each channel c of x (dim, T) is
 convolved with its own width-W filter over time, looking only backwards, with the W - 1 values of

@@ -31,7 +31,8 @@ args:
   group_k: {type: int, default: 128, aliases: [block_k_scale]}
 returns:
   - {name: out, shape: [M, N], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: block_scaled_mm/0, dtype: fp8_e4m3fn, latency_us: 25.44, sol_fraction: 0.1182, date: '2026-12-03'}
 ---
 The atrex30 block_scaled_mm: out (M, N) fp32 = sum over K groups kg of (a[:, kg] @ b[:, kg]^T) *
 a_scales[m, kg] * b_scales[n // group_n, kg], with a (M, K) e4m3fn scaled per 1 x group_k and b

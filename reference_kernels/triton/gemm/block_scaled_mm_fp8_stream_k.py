@@ -29,7 +29,8 @@ args:
   group_k: {type: int, default: 128, aliases: [block_size_k]}
 returns:
   - {name: out, shape: [M, N], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: block_scaled_mm/0, dtype: fp8_e4m3fn, latency_us: 17.888, sol_fraction: 0.1628, date: '2026-12-03'}
 ---
 atrex30's block_scaled_mm (out[i, j] = sum over K groups g of (a[i, g] . b[j, g]) * a_scales[i,
 g] * b_scales[j // group_n, g], fp8 e4m3fn operands, fp32 scales and output, ragged tails allowed)

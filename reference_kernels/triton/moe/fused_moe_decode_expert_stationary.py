@@ -25,7 +25,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 10369.792, sol_fraction: 0.0046, date: '2026-12-03'}
 ---
 The atrex30 fused_moe (out (T, H) fp32 = sum over slots j of topk_weights[t, j] * (SiLU(x W1g^T) *
 (x W1u^T)) W2^T with expert topk_ids[t, j], fp32 intermediates) for decode batches, organised

@@ -27,7 +27,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 361.408, sol_fraction: 0.1324, date: '2026-12-03'}
 ---
 atrex30's fused_moe (fp32 out, fp32 intermediate) as four launches with no host sync. Routing: a
 histogram launch and one scan-and-scatter program (ranks from a one-hot scan, so the order is the

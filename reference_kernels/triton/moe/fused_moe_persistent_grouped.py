@@ -26,7 +26,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 305.792, sol_fraction: 0.1565, date: '2026-12-03'}
 ---
 atrex30's fused_moe (out (T, H) fp32 = sum_j w_j * (SiLU(x W1g^T) * (x W1u^T)) W2^T, intermediate
 kept in fp32) in three launches with no host glue. Align: one program histograms the T*k expert ids

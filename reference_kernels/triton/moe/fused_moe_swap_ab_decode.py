@@ -26,7 +26,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 790.624, sol_fraction: 0.0605, date: '2026-12-03'}
 ---
 atrex30's fused_moe (out = sum_j w_j * (SiLU(x W1g^T) * (x W1u^T)) W2^T per token, fp32 out and
 fp32 intermediate) for decode, where each expert sees only 1 to 4 of the routed pairs. A normal

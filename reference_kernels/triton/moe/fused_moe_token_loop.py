@@ -24,7 +24,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 897.728, sol_fraction: 0.0533, date: '2026-12-03'}
 ---
 Fused MoE out (T, H) fp32 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x W1u^T)) W2^T for
 decode batches (T*k up to a few dozen), with no alignment or sorting at all: the routed pair's

@@ -27,7 +27,8 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 662.912, sol_fraction: 0.0722, date: '2026-12-03'}
 ---
 Fused MoE (out = sum_j w_j * (SiLU(x W1g^T) * (x W1u^T)) W2^T, fp32 out) in exactly two launches
 and no routing pass at all. The T*k (token, slot) pairs stay in their natural token-major order and

@@ -20,7 +20,8 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: rms_norm/0, dtype: bf16, latency_us: 6.88, sol_fraction: 0.4047, date: '2026-12-03'}
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w for rows of any width: one program per row walks the row
 in BLOCK_N chunks twice. Pass 1 accumulates x^2 element-wise into an fp32 vector (one tree reduction

@@ -20,7 +20,8 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: rms_norm/0, dtype: bf16, latency_us: 6.16, sol_fraction: 0.4883, date: '2026-12-03'}
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w where each program owns a (BLOCK_M, BLOCK_N) tile:
 BLOCK_M consecutive rows, each padded to BLOCK_N = next_pow2(N), reduced along axis 1 in fp32. The

@@ -19,7 +19,8 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: rms_norm/0, dtype: bf16, latency_us: 6.4, sol_fraction: 0.455, date: '2026-12-03'}
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w with one program per row: the program loads the whole row
 (padded to the next power of two) into registers once, reduces the sum of squares in fp32, scales

@@ -31,7 +31,8 @@ args:
 returns:
   - {name: out, shape: [B, T, HV, V], dtype: q}
   - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: gated_delta_rule_update/0, dtype: fp32, latency_us: 12.496, sol_fraction: 0.2356, date: '2026-12-03'}
 ---
 The token-sequential gated delta rule (Gated DeltaNet) with fused gates, built for decode batches
 of many short sequences: per value head, decay = exp(-exp(A_log) * softplus(a + dt_bias)), beta =
