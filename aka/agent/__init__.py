@@ -9,6 +9,7 @@ from aka.agent.decide import best_of_round, decide
 from aka.agent.dropout import apply_dropout
 from aka.agent.graph import AgentRuntime, build_graph
 from aka.agent.llm import LLMProposer
+from aka.agent.parallel import EvalSlot
 from aka.agent.profile import diagnose
 from aka.agent.records import (
     BudgetLimits,
@@ -41,6 +42,7 @@ __all__ = [
     "CandidateRecord",
     "Decision",
     "DropoutEvent",
+    "EvalSlot",
     "KBSnippet",
     "LLMProposer",
     "ProfileReport",

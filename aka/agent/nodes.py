@@ -8,12 +8,14 @@ place that decides whether the loop ends (the decide router and finalize both as
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aka.agent.budget import limits_from_config, stop_reason
 from aka.agent.decide import best_of_round, decide
 from aka.agent.dropout import apply_dropout, stalled_families
+from aka.agent.parallel import EvalSlot, SlotOutcome, run_in_slots
 from aka.agent.records import (
     BudgetUsage,
     CandidateRecord,
@@ -24,10 +26,17 @@ from aka.agent.records import (
     RoundPoint,
     ShapeSummary,
 )
-from aka.agent.runtime import AgentRuntime, compact_ceilings, now, sha256, write_artifact
+from aka.agent.runtime import (
+    AgentRuntime,
+    ScorerLike,
+    compact_ceilings,
+    now,
+    sha256,
+    write_artifact,
+)
 from aka.agent.state import AgentState
 from aka.bench.stats import geomean
-from aka.core import AgentError, LLMError
+from aka.core import AgentError, LLMError, ProgressCallback, ProgressEvent
 
 __all__ = [
     "node_decide",
@@ -118,6 +127,13 @@ def node_setup(rt: AgentRuntime, state: AgentState) -> dict[str, Any]:
             "No CUDA device: candidates ran in Triton's CPU interpreter; correctness was checked, "
             "performance was not measured."
         )
+    if rt.slot_note:
+        update["notes"].append(rt.slot_note)
+    slots = rt.eval_slots()
+    if len(slots) > 1:
+        where = "GPUs " + ", ".join(str(s.gpu) for s in slots) if not rt.scorer.cpu else "the CPU"
+        rt.event("setup", f"scoring {len(slots)} candidates at once on {where}", state,
+                 workers=len(slots), gpus=[s.gpu for s in slots])  # fmt: skip
     if rt.options.from_kernel:
         source = Path(rt.options.from_kernel).read_text()
         proposal = Proposal(source=source, family="from", origin=f"from:{rt.options.from_kernel}")
@@ -236,49 +252,120 @@ def _hardware_from(result: Any, hardware: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One proposal of the round that goes to the scorer."""
+
+    cid: str
+    proposal: Proposal
+    source_path: str
+
+
 def _score_one(
-    rt: AgentRuntime, state: AgentState, cid: str, proposal: Proposal
+    rt: AgentRuntime,
+    state: AgentState,
+    slot: EvalSlot[ScorerLike],
+    job: _Job,
+    relay: ProgressCallback,
 ) -> tuple[CandidateRecord, Any]:
-    """Score one proposal on the tune shapes; return its record and the raw ``EvalResult``."""
-    source = proposal.source or ""
-    rel = write_artifact(rt.run_dir, f"candidates/{cid}.py", source)
-    rt.event("evaluate", f"scoring {cid} ({proposal.family})", state, candidate=cid)
+    """Score one proposal on the tune shapes in ``slot``; return its record and ``EvalResult``.
+
+    Runs in the slot's thread: events go through ``relay`` (the calling thread emits them).
+    """
+    where = f" on GPU {slot.gpu}" if slot.gpu is not None and len(rt.eval_slots()) > 1 else ""
+    relay(
+        rt.make_event(
+            "evaluate",
+            f"scoring {job.cid} ({job.proposal.family}){where}",
+            state,
+            candidate=job.cid,
+            worker=slot.index,
+            gpu=slot.gpu,
+        )
+    )
+    tag = {"candidate": job.cid, "worker": slot.index, "gpu": slot.gpu}
+
+    def tagged(event: ProgressEvent) -> None:  # scorer events say whose they are
+        relay(replace(event, data={**event.data, **tag}))
+
     start = time.monotonic()
-    result = rt.scorer.evaluate(rt.problem, source, shape_ids=rt.tune_ids(), progress=rt.progress)
+    result = slot.scorer.evaluate(
+        rt.problem, job.proposal.source or "", shape_ids=rt.tune_ids(), progress=tagged
+    )
     round_ = state.get("round", 0)
-    record = summarize(result, cid=cid, round_=round_, proposal=proposal, source_path=rel)
+    record = summarize(
+        result, cid=job.cid, round_=round_, proposal=job.proposal, source_path=job.source_path
+    )
+    record.worker, record.gpu = slot.index, slot.gpu
     if not rt.scorer.cpu:
         record.gpu_s = time.monotonic() - start
     return record, result
 
 
+def _verdict_event(rt: AgentRuntime, state: AgentState, record: CandidateRecord) -> None:
+    score = f" S={record.score:.3f}" if record.score else ""
+    rt.event("evaluate", f"{record.id}: {record.verdict}{score}", state, candidate=record.id,
+             verdict=record.verdict, score=record.score, worker=record.worker,
+             gpu=record.gpu)  # fmt: skip
+
+
 def node_evaluate(rt: AgentRuntime, state: AgentState) -> dict[str, Any]:
-    """Score every pending candidate on the tune shapes (each in fresh sandboxed workers)."""
+    """Score every pending candidate on the tune shapes (each in fresh sandboxed workers).
+
+    The candidates are spread over the evaluation slots (one per GPU, ``AgentConfig.workers``),
+    each slot scoring one at a time; records come back in the proposals' order whatever order the
+    evaluations finish in. A harness failure (an exception, not a verdict) is raised once every
+    other candidate of the round has been scored.
+    """
     round_ = state.get("round", 0)
     records = list(state.get("records", []))
     tried = {r.get("source_sha256") for r in records}
     usage = _usage(state)
-    ids: list[str] = []
-    results: dict[str, dict[str, Any]] = {}
     hardware = dict(state.get("hardware") or {})
+    plan: list[tuple[str, Proposal, _Job | None]] = []
     for i, raw in enumerate(state.get("pending", [])):
         proposal = Proposal.model_validate(raw)
         cid = f"c{round_}_{i}"
         for kind, text in (("prompts", proposal.prompt), ("replies", proposal.reply)):
             if text:
                 write_artifact(rt.run_dir, f"{kind}/{cid}.md", text)
-        if proposal.source is None or sha256(proposal.source) in tried:
+        job = None
+        if proposal.source is not None and sha256(proposal.source) not in tried:
+            tried.add(sha256(proposal.source))  # a repeat later in the same round is a duplicate
+            rel = write_artifact(rt.run_dir, f"candidates/{cid}.py", proposal.source)
+            job = _Job(cid, proposal, rel)
+        plan.append((cid, proposal, job))
+    jobs = [job for _, _, job in plan if job is not None]
+
+    def done(_i: int, outcome: SlotOutcome[tuple[CandidateRecord, Any]]) -> None:
+        if outcome.value is not None:
+            _verdict_event(rt, state, outcome.value[0])
+
+    start = time.monotonic()
+    outcomes = run_in_slots(
+        rt.eval_slots(),
+        jobs,
+        lambda slot, job, relay: _score_one(rt, state, slot, job, relay),
+        progress=rt.progress,
+        on_done=done,
+    )
+    usage.eval_wall_s += time.monotonic() - start
+    failed = next((o for o in outcomes if o.error is not None), None)
+    if failed is not None and failed.error is not None:
+        raise failed.error
+    scored = {job.cid: o.value for job, o in zip(jobs, outcomes, strict=True) if o.value}
+    ids: list[str] = []
+    results: dict[str, dict[str, Any]] = {}
+    for cid, proposal, job in plan:
+        if job is None:
             record = _unscored(cid, round_, proposal)
+            _verdict_event(rt, state, record)
         else:
-            record, result = _score_one(rt, state, cid, proposal)
+            record, result = scored[cid]
             hardware = _hardware_from(result, hardware)
             usage.gpu_s += record.gpu_s
             results[cid] = {"result": result.model_dump(mode="json"), "source": proposal.source}
-            tried.add(record.source_sha256)
         usage.candidates += 1
-        score = f" S={record.score:.3f}" if record.score else ""
-        rt.event("evaluate", f"{cid}: {record.verdict}{score}", state,
-                 candidate=cid, verdict=record.verdict, score=record.score)  # fmt: skip
         records.append(record.model_dump(mode="json"))
         ids.append(cid)
     return {

@@ -124,6 +124,14 @@ class CandidateRecord(_Model):
     )
     masked: bool = Field(default=False, description="Hidden from proposers by a dropout.")
     gpu_s: float = 0.0
+    worker: int | None = Field(
+        default=None, description="The evaluation slot that scored it (None: never scored)."
+    )
+    gpu: str | None = Field(
+        default=None,
+        description="The GPU its scorer workers were pinned to: their CUDA_VISIBLE_DEVICES entry "
+        "(an ordinal or a UUID); None on the CPU interpreter or when never scored.",
+    )
 
     @property
     def correct(self) -> bool:
@@ -202,8 +210,13 @@ class BudgetUsage(_Model):
     iters: int = 0
     wall_s: float = 0.0
     tokens: TokenUsage = Field(default_factory=TokenUsage)
-    gpu_s: float = 0.0
+    gpu_s: float = Field(
+        default=0.0, description="GPU-seconds of scoring: summed over GPUs scoring at once."
+    )
     candidates: int = 0
+    eval_wall_s: float = Field(
+        default=0.0, description="Wall seconds the evaluate node spent scoring rounds."
+    )
 
 
 class ProposalContext(_Model):
@@ -280,6 +293,11 @@ class RunRecord(_Model):
     mode: Literal["gpu", "cpu_interpreter"]
     performance_measured: bool
     device: str | None = None
+    workers: int = Field(default=1, description="Candidates of a round scored at once.")
+    worker_gpus: list[str] = Field(
+        default_factory=list,
+        description="Each evaluation slot's GPU (CUDA_VISIBLE_DEVICES entries; [] on the CPU).",
+    )
     started_at: str
     finished_at: str | None = None
     stop_reason: str = Field(description="'target_sol', 'max_iters', 'wall_time', 'tokens', ...")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aka.agent.graph import (
     AgentRuntime,
@@ -24,6 +24,7 @@ from aka.agent.graph import (
     compact_ceilings,
     initial_state,
 )
+from aka.agent.parallel import EvalSlot, plan_slots
 from aka.agent.records import (
     BudgetLimits,
     BudgetUsage,
@@ -258,6 +259,8 @@ def _record(rt: AgentRuntime, state: AgentState) -> RunRecord:
         mode="cpu_interpreter" if rt.scorer.cpu else "gpu",
         performance_measured=not rt.scorer.cpu,
         device=device,
+        workers=len(rt.eval_slots()),
+        worker_gpus=[s.gpu for s in rt.eval_slots() if s.gpu is not None],
         started_at=state.get("started_at", ""),
         finished_at=state.get("finished_at"),
         stop_reason=state.get("stop_reason") or "unknown",
@@ -287,6 +290,39 @@ def _write_outputs(rt: AgentRuntime, state: AgentState) -> None:
     )
 
 
+def _scorer_gpu(scorer: ScorerLike) -> str | None:
+    """The GPU a given scorer's workers are pinned to (None on the CPU or for a fake)."""
+    index = getattr(scorer, "gpu_index", None)
+    if scorer.cpu or not isinstance(index, int):
+        return None
+    from aka.core import HardwareError
+    from aka.hardware import worker_device
+
+    try:
+        return worker_device(index)
+    except HardwareError:
+        return None
+
+
+def _build_slots(
+    settings: Settings, options: RunOptions
+) -> tuple[list[EvalSlot[ScorerLike]], str | None]:
+    """One real scorer per evaluation slot (``AgentConfig.workers``), slot 0 on visible GPU 0."""
+    from aka.bench import Scorer
+    from aka.hardware import visible_gpus
+
+    bench, cache = settings.bench, settings.paths.cache_dir
+    first = Scorer(bench, cache, device=options.device)
+    device: Literal["cpu", "cuda"] = "cpu" if first.cpu else "cuda"
+    visible = [] if first.cpu else visible_gpus()
+    plan = plan_slots(settings.agent.workers, cpu=first.cpu, visible=visible)
+    slots: list[EvalSlot[ScorerLike]] = []
+    for n, index in enumerate(plan.indices):
+        scorer = first if n == 0 else Scorer(bench, cache, device=device, gpu_index=index)
+        slots.append(EvalSlot(n, plan.gpus[n] if plan.gpus else None, scorer))
+    return slots, plan.note
+
+
 # ---------------------------------------------------------------- run / resume
 def build_runtime(
     settings: Settings,
@@ -296,18 +332,29 @@ def build_runtime(
     scorer: ScorerLike | None = None,
     proposer_factory: Callable[[AgentState], Proposer] | None = None,
     retriever: Any = None,
+    slots: Sequence[EvalSlot[ScorerLike]] | None = None,
 ) -> AgentRuntime:
-    """Assemble the runtime of a run: problem, scorer, retriever, proposer, hooks."""
+    """Assemble the runtime of a run: problem, scorers, retriever, proposer, hooks.
+
+    Without ``scorer`` and ``slots`` it builds one real scorer per evaluation slot
+    (``AgentConfig.workers``: one per visible GPU). ``slots`` (tests: fake scorers on fake GPUs)
+    replaces them; slot 0's scorer is the run's ``scorer`` unless one is given.
+    """
     from aka.spec import load_problem
 
     settings = settings.model_copy(
         update={"agent": settings.agent.model_validate(options.agent or {})}
     )
     problem = load_problem(Path(options.problem_path))
-    if scorer is None:
-        from aka.bench import Scorer
-
-        scorer = Scorer(settings.bench, settings.paths.cache_dir, device=options.device)
+    note = None
+    if slots:
+        slot_list = list(slots)
+        scorer = scorer if scorer is not None else slot_list[0].scorer
+    elif scorer is not None:
+        slot_list = [EvalSlot(0, _scorer_gpu(scorer), scorer)]
+    else:
+        slot_list, note = _build_slots(settings, options)
+        scorer = slot_list[0].scorer
     if retriever is None and options.use_kb:
         retriever = _retriever(settings, progress)
     rt = AgentRuntime(
@@ -321,6 +368,8 @@ def build_runtime(
         setup_hook=_default_setup,
         finalize_hook=_write_outputs,
         needs_signature=proposer_factory is None and not options.model,
+        slots=slot_list,
+        slot_note=note,
     )
     rt.profile_fn = _default_profile(rt)
     return rt
@@ -368,6 +417,7 @@ def run_optimize(
     scorer: ScorerLike | None = None,
     proposer_factory: Callable[[AgentState], Proposer] | None = None,
     retriever: Any = None,
+    slots: Sequence[EvalSlot[ScorerLike]] | None = None,
 ) -> RunOutcome:
     """Run a new optimization to the end and write its run directory.
 
@@ -386,6 +436,7 @@ def run_optimize(
         scorer=scorer,
         proposer_factory=proposer_factory,
         retriever=retriever,
+        slots=slots,
     )
     return _invoke(rt, resume=False)
 
@@ -424,6 +475,7 @@ def resume_run(
     scorer: ScorerLike | None = None,
     proposer_factory: Callable[[AgentState], Proposer] | None = None,
     retriever: Any = None,
+    slots: Sequence[EvalSlot[ScorerLike]] | None = None,
 ) -> RunOutcome:
     """Continue a run from its last checkpoint (a finished run just returns its outcome).
 
@@ -439,5 +491,6 @@ def resume_run(
         scorer=scorer,
         proposer_factory=proposer_factory,
         retriever=retriever,
+        slots=slots,
     )
     return _invoke(rt, resume=True)

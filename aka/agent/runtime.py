@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from aka.agent.parallel import EvalSlot
 from aka.agent.records import ProfileReport, Proposer
 from aka.agent.state import AgentState, RunOptions
 from aka.core import ProgressCallback, ProgressEvent, Settings, emit
@@ -89,7 +90,17 @@ class AgentRuntime:
     setup_hook: Callable[[AgentRuntime], dict[str, Any]] | None = None
     finalize_hook: Callable[[AgentRuntime, AgentState], None] | None = None
     needs_signature: bool = False
+    slots: list[EvalSlot[ScorerLike]] = field(default_factory=list)
+    slot_note: str | None = None
     _proposer: Proposer | None = field(default=None, repr=False)
+
+    def eval_slots(self) -> list[EvalSlot[ScorerLike]]:
+        """Where the evaluate node scores a round: ``slots`` (one scorer per GPU), else ``scorer``.
+
+        Slot 0's scorer is ``scorer`` itself, which also runs everything outside the evaluate
+        node (the ``--from`` kernel, the paired re-measure, the profile, the holdout scoring).
+        """
+        return self.slots or [EvalSlot(0, None, self.scorer)]
 
     def proposer(self, state: AgentState) -> Proposer:
         """Return the proposer, built on first use from the state (resume-safe)."""
@@ -132,17 +143,19 @@ class AgentRuntime:
 
     def event(self, stage: str, message: str, state: AgentState, **data: Any) -> None:
         """Emit one agent progress event."""
+        emit(self.progress, self.make_event(stage, message, state, **data))
+
+    @staticmethod
+    def make_event(stage: str, message: str, state: AgentState, **data: Any) -> ProgressEvent:
+        """Build one agent progress event (``event`` emits it; evaluation slots relay it)."""
         limits = state.get("limits") or {}
-        emit(
-            self.progress,
-            ProgressEvent(
-                "agent",
-                stage,
-                message,
-                done=state.get("round", 0),
-                total=limits.get("max_iters"),
-                data=data,
-            ),
+        return ProgressEvent(
+            "agent",
+            stage,
+            message,
+            done=state.get("round", 0),
+            total=limits.get("max_iters"),
+            data=data,
         )
 
 

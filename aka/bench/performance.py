@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Scorers of one process (the agent's, one per GPU) update the baseline cache from several
+#: threads: the read-modify-write below must not interleave.
+_BASELINE_CACHE_LOCK = threading.Lock()
 
 
 def _baseline_cache_path(scorer: Scorer) -> Path:
@@ -78,12 +84,14 @@ def _store_compile_times(scorer: Scorer, run: _Run, times: dict[str, LatencyStat
     if not times:
         return
     path = _baseline_cache_path(scorer)
-    cache = _read_cache(path)
-    cache.update({_baseline_key(run, sid): stats.model_dump() for sid, stats in times.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1))
-    tmp.replace(path)
+    with _BASELINE_CACHE_LOCK:
+        cache = _read_cache(path)
+        cache.update({_baseline_key(run, sid): stats.model_dump() for sid, stats in times.items()})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a name of this process alone: another process may be writing the same cache
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
 
 
 def scorer_ceilings(scorer: Scorer, info: DeviceInfo) -> DeviceCeilings:

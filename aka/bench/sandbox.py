@@ -2,9 +2,11 @@
 
 Owns process hygiene (ARCHITECTURE.md §4): a fresh process per task, its own process group, a fresh
 temp directory as cwd and HOME, stdin closed, an environment built from an allow-list (no secrets),
-one visible GPU, rlimits on CPU time, file size and open files, and a group kill on timeout. The
-worker itself drops into a new network namespace where the OS allows it. Must not interpret
-results: the pipeline decides verdicts.
+one visible GPU (``aka.hardware.worker_device``: an index into the parent's own visible GPUs, so a
+parent pinned by ``CUDA_VISIBLE_DEVICES`` keeps its workers on its GPU), NVLink multicast off,
+rlimits on CPU time, file size and open files, and a group kill on timeout. The worker itself
+drops into a new network namespace where the OS allows it. Must not interpret results: the
+pipeline decides verdicts.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aka.core import OFFLINE_ENV_DEFAULTS, BenchConfig, SandboxError
+from aka.core import MULTICAST_OFF_ENV, OFFLINE_ENV_DEFAULTS, BenchConfig, SandboxError
+from aka.hardware import worker_device
 
 __all__ = ["WorkerHandle", "WorkerOutcome", "build_worker_env", "start_worker"]
 
@@ -65,8 +68,12 @@ def build_worker_env(
     Args:
         workdir: The worker's fresh directory (becomes HOME and TMPDIR; compiler caches live there).
         interpret: Set ``TRITON_INTERPRET=1`` (CPU workers only).
-        gpu_index: The one GPU the worker may see, or None to keep the parent's view.
-        extra: Variables set last (e.g. the cold re-check's).
+        gpu_index: The one GPU the worker may see, as an index into the parent's visible GPUs
+            (``aka.hardware.visible_gpus``), or None to keep the parent's view.
+        extra: Variables set last (e.g. the cold re-check's); ``MULTICAST_OFF_ENV`` wins over them.
+
+    Raises:
+        HardwareError: ``gpu_index`` is not one of the parent's visible GPUs.
     """
     env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
     env = {k: v for k, v in env.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
@@ -94,8 +101,9 @@ def build_worker_env(
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+        env["CUDA_VISIBLE_DEVICES"] = worker_device(gpu_index)
     env.update(extra or {})
+    env.update(MULTICAST_OFF_ENV)
     return env
 
 
@@ -283,7 +291,7 @@ def start_worker(
         files: File name -> text to place in the worker's directory (candidate, reference).
         config: Bench settings (rlimits).
         interpret: Run Triton's interpreter on the CPU.
-        gpu_index: The GPU to expose.
+        gpu_index: The GPU to expose (an index into the parent's visible GPUs).
         timeout_s: Wall-clock limit; the group is killed after it.
         on_event: Called with each event the worker writes.
         launcher: A command the worker runs under (e.g. an ``ncu ...`` prefix); it gets the same
@@ -292,8 +300,14 @@ def start_worker(
 
     Raises:
         SandboxError: The process could not be started.
+        HardwareError: ``gpu_index`` is not one of the parent's visible GPUs.
     """
     workdir = Path(tempfile.mkdtemp(prefix="aka-worker-"))
+    try:
+        env = build_worker_env(workdir, interpret=interpret, gpu_index=gpu_index, extra=extra_env)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     for name, text in files.items():
         (workdir / name).write_text(text)
     (workdir / "task.json").write_text(json.dumps(task))
@@ -302,9 +316,7 @@ def start_worker(
         proc = subprocess.Popen(
             [*launcher, sys.executable, "-m", "aka.bench._worker_main", str(workdir)],
             cwd=workdir,
-            env=build_worker_env(
-                workdir, interpret=interpret, gpu_index=gpu_index, extra=extra_env
-            ),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from aka.cli.state import settings_from
 from aka.core import ProgressCallback, ProgressEvent, SpecError
 
-__all__ = ["optimize", "parse_budget"]
+__all__ = ["optimize", "parse_budget", "parse_workers"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 _COUNT = re.compile(r"^(\d+(?:\.\d+)?)([kKmM])?$")
@@ -39,6 +39,23 @@ def _seconds(text: str, key: str) -> float:
             field="--budget",
         )
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def parse_workers(text: str) -> int | Literal["auto"]:
+    """Parse ``--workers``: ``auto`` or a count of at least 1.
+
+    Raises:
+        SpecError: Anything else (the message shows the accepted forms).
+    """
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise SpecError(
+        f"--workers {text!r}: give a count of at least 1 or 'auto' (one per visible GPU)",
+        field="--workers",
+    )
 
 
 def parse_budget(items: list[str]) -> dict[str, Any]:
@@ -100,7 +117,8 @@ class _View:
 
     def on_event(self, event: ProgressEvent) -> None:
         if event.source == "bench":
-            self.bench = f"{event.stage}: {event.message}"
+            whose = f"{event.data['candidate']}: " if "candidate" in event.data else ""
+            self.bench = f"{whose}{event.stage}: {event.message}"
             return
         if event.source != "agent":
             self.bench = event.message
@@ -201,6 +219,14 @@ def optimize(
     candidates: Annotated[
         int | None, typer.Option("--candidates", min=1, help="Candidates per round.")
     ] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            "--workers",
+            help="Candidates scored at once, one per GPU: N or auto (every visible GPU; 1 on the "
+            "CPU, where N runs N interpreter evaluations).",
+        ),
+    ] = None,
     target_sol: Annotated[
         float | None, typer.Option("--target-sol", help="Stop at this SOL fraction (0-1].")
     ] = None,
@@ -224,6 +250,8 @@ def optimize(
     ):
         if value is not None:
             updates[key] = value
+    if workers is not None:
+        updates["workers"] = parse_workers(workers)
     if no_dropout:
         updates["dropout"] = False
     agent = settings.agent.model_validate({**settings.agent.model_dump(), **updates})
@@ -271,6 +299,9 @@ def _summary(outcome: Any) -> None:
         f"wall {record.usage.wall_s:.0f} s, tokens {record.usage.tokens.total_tokens}, "
         f"cost ${record.usage.tokens.cost_usd:.4f}, GPU {record.usage.gpu_s:.0f} s",
     ]
+    if record.workers > 1:
+        on = f"GPUs {', '.join(record.worker_gpus)}" if record.worker_gpus else "the CPU"
+        lines.append(f"{record.workers} candidates scored at once on {on}")
     if record.incumbent_id is None:
         lines.append("no correct kernel was produced")
     else:

@@ -1,6 +1,7 @@
 """aka.core: errors, settings, logging, progress events; the bottom layer (nothing heavy)."""
 
 from aka.core.config import (
+    MULTICAST_OFF_ENV,
     OFFLINE_ENV_DEFAULTS,
     AgentConfig,
     BenchConfig,
@@ -35,6 +36,7 @@ from aka.core.progress import ProgressCallback, ProgressEvent, emit
 
 __all__ = [
     "AuthError",
+    "MULTICAST_OFF_ENV",
     "OFFLINE_ENV_DEFAULTS",
     "AgentConfig",
     "AgentError",

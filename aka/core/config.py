@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -26,6 +26,7 @@ from pydantic_settings import (
 from aka.core.errors import ConfigError
 
 __all__ = [
+    "MULTICAST_OFF_ENV",
     "OFFLINE_ENV_DEFAULTS",
     "AgentConfig",
     "BenchConfig",
@@ -50,6 +51,13 @@ OFFLINE_ENV_DEFAULTS: dict[str, str] = {
     "ORT_DISABLE_TELEMETRY": "1",
     # transformers' per-load "Loading weights" bars would break the CLI's live view
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+
+#: Variables every process aka starts on a GPU host gets (scorer workers, job processes): NVLink
+#: multicast (NVLS) stays off, so the GPUs of one host never share multicast objects.
+MULTICAST_OFF_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
 }
 
 _APP_NAME = "aka"
@@ -191,6 +199,12 @@ class AgentConfig(_Section):
         default=0.9, gt=0, le=1, description="Stop when the incumbent reaches this SOL fraction."
     )
     candidates_per_round: int = Field(default=2, ge=1, le=16)
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        default="auto",
+        description="Candidates of a round scored at once, one per GPU: 'auto' = every visible "
+        "GPU (CUDA_VISIBLE_DEVICES, else all), 1 in the CPU interpreter; N = the first N visible "
+        "GPUs (never more than one evaluation per GPU), or N interpreter evaluations on the CPU.",
+    )
     patience: int = Field(default=3, ge=1, description="Stalled rounds before a dropout.")
     dropout: bool = Field(default=True, description="Switch optimization dropout on or off.")
     dropout_mask_fraction: float = Field(default=0.5, ge=0, le=1)

@@ -11,7 +11,16 @@ from aka.hardware.ceilings import (
     measure_ceilings,
     save_ceilings,
 )
-from aka.hardware.device import DeviceInfo, detect_device, device_key, gpu_name, library_versions
+from aka.hardware.device import (
+    DeviceInfo,
+    detect_device,
+    device_key,
+    gpu_name,
+    library_versions,
+    parse_visible_devices,
+    visible_gpus,
+    worker_device,
+)
 from aka.hardware.profiles import PROFILES, DatasheetProfile, match_profile
 from aka.hardware.roofline import CostCounts, TSol, apply_overrides, count_costs, t_sol
 from aka.hardware.timer import WindowSamples, empty_kernel_fn, make_l2_flusher, sample_windows
@@ -37,7 +46,10 @@ __all__ = [
     "make_l2_flusher",
     "match_profile",
     "measure_ceilings",
+    "parse_visible_devices",
     "sample_windows",
     "save_ceilings",
     "t_sol",
+    "visible_gpus",
+    "worker_device",
 ]

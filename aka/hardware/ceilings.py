@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import statistics
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -214,7 +215,8 @@ def save_ceilings(cache_dir: Path, info: DeviceInfo, ceilings: DeviceCeilings) -
     """
     path = _cache_path(cache_dir, info)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    # one writer per name: scorers of one process (one per GPU) may save from several threads
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(ceilings.model_dump_json(indent=2), encoding="utf-8")
     tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
     return path

@@ -1,7 +1,9 @@
 """Device detection: what GPU this process sees, and the library versions around it.
 
 Owns ``DeviceInfo`` (a snapshot of the device and software stack, recorded in every result's
-manifest and used to key caches), ``detect_device``, ``library_versions`` and ``device_key``.
+manifest and used to key caches), ``detect_device``, ``library_versions``, ``device_key``, and the
+one reading of ``CUDA_VISIBLE_DEVICES`` (``visible_gpus``, ``worker_device``) that every place
+choosing a GPU for a child process uses.
 Must not import torch or triton at module level (``import aka.hardware`` stays CPU-cheap), and
 must not measure anything: that is ``aka.hardware.ceilings``.
 """
@@ -17,14 +19,27 @@ import subprocess
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aka.core import HardwareError
 from aka.spec.vocab import Vendor
 
-__all__ = ["DeviceInfo", "detect_device", "device_key", "gpu_name", "library_versions"]
+__all__ = [
+    "DeviceInfo",
+    "detect_device",
+    "device_key",
+    "gpu_name",
+    "library_versions",
+    "parse_visible_devices",
+    "visible_gpus",
+    "worker_device",
+]
 
 logger = logging.getLogger(__name__)
 
 _NVIDIA_SMI_TIMEOUT_S = 5.0
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_VISIBLE = "CUDA_VISIBLE_DEVICES"
+#: A CUDA_VISIBLE_DEVICES entry: a device ordinal, or a (prefix of a) GPU or MIG UUID.
+_DEVICE_ENTRY = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/._-]+)$")
 
 
 class DeviceInfo(BaseModel):
@@ -166,9 +181,78 @@ def gpu_name(index: int = 0) -> str | None:
     None when ``nvidia-smi`` is missing or the index does not exist.
     """
     names = _nvidia_smi("name")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    visible = os.environ.get(_VISIBLE, "").strip()
     if visible:
-        ids = [v.strip() for v in visible.split(",")]
+        ids = parse_visible_devices(visible)
         if all(i.isdigit() for i in ids) and index < len(ids):
             index = int(ids[index])
     return names[index] if 0 <= index < len(names) else None
+
+
+# ---------------------------------------------------------------- visible GPUs
+def parse_visible_devices(value: str) -> list[str]:
+    """Read a ``CUDA_VISIBLE_DEVICES`` value the way the CUDA runtime does.
+
+    Entries are comma-separated ordinals or ``GPU-``/``MIG-`` UUIDs (or their prefixes). The list
+    ends at the first entry that is none of those (``-1``, an empty entry, a typo) or that repeats
+    an earlier one, so ``""`` and ``"-1"`` hide every GPU and ``"0,-1,1"`` shows GPU 0 only.
+
+    Returns:
+        The entries that name visible GPUs, in order: entry ``i`` is the GPU torch calls ``cuda:i``.
+    """
+    entries: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not _DEVICE_ENTRY.match(entry) or entry in entries:
+            break
+        entries.append(entry)
+    return entries
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as the ``CUDA_VISIBLE_DEVICES`` entries that pin a child.
+
+    With ``CUDA_VISIBLE_DEVICES`` set, its entries (``parse_visible_devices``: ordinals or UUIDs,
+    never checked against the hardware, so nothing initialises CUDA); unset, ``0 .. n-1`` for the
+    ``n`` devices torch counts (none without torch or a driver). Position ``i`` in the list is the
+    visible index ``i`` that ``Scorer(gpu_index=i)`` and ``worker_device(i)`` take.
+    """
+    value = os.environ.get(_VISIBLE)
+    if value is not None:
+        return parse_visible_devices(value)
+    return [str(i) for i in range(_torch_device_count())]
+
+
+def worker_device(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows a child process visible GPU ``index`` only.
+
+    ``index`` counts within this process's own ``CUDA_VISIBLE_DEVICES`` (as torch's ``cuda:i``
+    does), so a process pinned to physical GPU 1 (``CUDA_VISIBLE_DEVICES=1``) hands its child
+    ``"1"`` for index 0, never physical GPU 0. Unset, the index is the physical ordinal.
+
+    Raises:
+        HardwareError: ``index`` is not visible (negative, or past the visible list).
+    """
+    value = os.environ.get(_VISIBLE)
+    if value is None:
+        if index < 0:
+            raise HardwareError(f"GPU index {index} is negative; use 0 for the first GPU")
+        return str(index)
+    entries = parse_visible_devices(value)
+    if not 0 <= index < len(entries):
+        raise HardwareError(
+            f"GPU index {index} is not visible: {_VISIBLE}={value!r} shows {len(entries)} GPU(s) "
+            f"({', '.join(entries) or 'none'}); use an index below {len(entries)} or widen "
+            f"{_VISIBLE}"
+        )
+    return entries[index]
+
+
+def _torch_device_count() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception as err:  # noqa: BLE001 - no torch, no driver: no GPU, said at DEBUG
+        logger.debug("torch.cuda.device_count() failed: %s", err)
+        return 0

@@ -17,7 +17,8 @@ import pytest
 
 from aka.agent.runner import plan_run, run_optimize
 from aka.cli import main
-from aka.core import load_settings
+from aka.cli.optimize import parse_workers
+from aka.core import SpecError, load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +100,39 @@ def test_bad_input_is_one_clear_line(
     err = capsys.readouterr().err
     assert code in (1, 2), err
     assert message in err
+
+
+def test_parse_workers_forms_and_errors() -> None:
+    assert parse_workers("auto") == "auto" and parse_workers(" AUTO ") == "auto"
+    assert parse_workers("2") == 2
+    for bad in ("0", "-1", "two", "1.5", ""):
+        with pytest.raises(SpecError, match="--workers"):
+            parse_workers(bad)
+
+
+@pytest.mark.slow
+def test_optimize_with_two_workers_on_the_cpu_gives_the_one_worker_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--workers 2`` in the CPU interpreter: two evaluations at once, the same verdicts."""
+    monkeypatch.setenv("AKA_PATHS__RUNS_DIR", str(tmp_path / "runs"))
+    records = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        code = main(["optimize", str(RMS_NORM), "--workers", str(workers), "--device", "cpu",
+                     "--max-iters", "1", "--no-kb", "--out", str(out)])  # fmt: skip
+        assert code == 0
+        records[workers] = json.loads((out / "run.json").read_text())
+    one, two = records[1], records[2]
+    assert one["workers"] == 1 and two["workers"] == 2
+    assert one["worker_gpus"] == two["worker_gpus"] == []  # the CPU interpreter
+    assert len(two["candidates"]) == 2
+    assert {c["worker"] for c in two["candidates"]} == {0, 1}
+    assert {c["worker"] for c in one["candidates"]} == {0}
+
+    def verdicts(record: dict) -> list[tuple[str, str, str]]:
+        return [(c["id"], c["family"], c["verdict"]) for c in record["candidates"]]
+
+    assert verdicts(one) == verdicts(two)
+    assert one["incumbent_id"] == two["incumbent_id"] is not None
+    assert one["stop_reason"] == two["stop_reason"] == "max_iters"

@@ -92,6 +92,23 @@ def test_load_settings_bad_env_value_raises_config_error(monkeypatch: pytest.Mon
         load_settings()
 
 
+@pytest.mark.parametrize(("value", "workers"), [(None, "auto"), ("2", 2), ("auto", "auto")])
+def test_agent_workers_from_the_environment(
+    value: str | None, workers: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if value is not None:
+        monkeypatch.setenv("AKA_AGENT__WORKERS", value)
+
+    assert load_settings().agent.workers == workers
+
+
+def test_agent_workers_must_be_positive_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AKA_AGENT__WORKERS", "0")
+
+    with pytest.raises(ConfigError, match=r"agent\.workers"):
+        load_settings()
+
+
 def test_bench_config_rejects_max_below_min_samples() -> None:
     with pytest.raises(ValidationError, match="max_samples"):
         BenchConfig(min_samples=100, max_samples=50)

@@ -7,21 +7,29 @@ loop tests on the real scoring path while making promotions deterministic.
 
 ``SyntheticScorer`` never runs code: verdict and latency both come from comments
 (``# fake-verdict: wrong_output``). It is for graph unit tests only (routing, budgets, dropout).
+``DeviceFakeScorer`` is a ``SyntheticScorer`` standing for one GPU: each evaluation takes the time a
+``# fake-seconds: S`` comment asks for and is logged with its interval and thread (scheduling
+tests); ``# fake-harness-error`` makes it raise ``SandboxError`` as a broken harness would.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aka.bench import EvalResult, Failure, LatencyStats, Manifest, ShapeResult, Verdict
+from aka.core import ProgressEvent, SandboxError
 from aka.spec import ProblemSpec
 
 T_SOL_US = 10.0
 _LAT = re.compile(r"#\s*fake-latency-us:\s*([0-9.]+)")
 _VERDICT = re.compile(r"#\s*fake-verdict:\s*([a-z_]+)")
+_SECONDS = re.compile(r"#\s*fake-seconds:\s*([0-9.]+)")
+_TAG = re.compile(r"#\s*tag:\s*(\S+)")
 
 
 def fake_latency(source: str) -> float | None:
@@ -180,3 +188,51 @@ class SyntheticScorer(_CompareMixin):
         if not self._cpu and result.accepted and latency is not None:
             return _with_timing(result, latency)
         return result
+
+
+@dataclass(frozen=True)
+class Busy:
+    """One evaluation a ``DeviceFakeScorer`` ran: which source (its ``# tag:``), when, where."""
+
+    tag: str
+    start: float
+    end: float
+    thread: str
+    holdout: bool = False
+
+
+class DeviceFakeScorer(SyntheticScorer):
+    """A ``SyntheticScorer`` standing for one GPU, logging when it is busy (scheduling tests)."""
+
+    def __init__(self, gpu: str) -> None:
+        super().__init__(cpu=False)
+        self.gpu = gpu
+        self.busy: list[Busy] = []
+        self._lock = threading.Lock()
+
+    def evaluate(
+        self,
+        problem: ProblemSpec,
+        candidate_source: str,
+        *,
+        shape_ids: list[str] | None = None,
+        progress: Any = None,
+        cold_recheck: bool = False,
+    ) -> EvalResult:
+        start = time.monotonic()
+        if progress is not None:
+            progress(ProgressEvent("bench", "timing", self.gpu, data={"shape_id": "s"}))
+        m = _SECONDS.search(candidate_source)
+        time.sleep(float(m.group(1)) if m else 0.0)
+        tag = _TAG.search(candidate_source)
+        splits = {s.id: s.split.value for s in problem.shapes}
+        holdout = all(splits[i] == "holdout" for i in shape_ids or list(splits))
+        with self._lock:
+            self.busy.append(Busy(tag.group(1) if tag else "?", start, time.monotonic(),
+                                  threading.current_thread().name, holdout))  # fmt: skip
+        if "# fake-harness-error" in candidate_source:
+            raise SandboxError(f"the worker on fake GPU {self.gpu} could not start")
+        return super().evaluate(
+            problem, candidate_source, shape_ids=shape_ids, progress=progress,
+            cold_recheck=cold_recheck,
+        )  # fmt: skip

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from aka.hardware import DeviceInfo, detect_device, device_key, library_versions, match_profile
+from aka.core import HardwareError
+from aka.hardware import (
+    DeviceInfo,
+    detect_device,
+    device_key,
+    library_versions,
+    match_profile,
+    parse_visible_devices,
+    visible_gpus,
+    worker_device,
+)
 from aka.hardware.device import _nvidia_smi_driver_version
 from aka.spec import Vendor
 
@@ -105,6 +115,80 @@ def test_nvidia_smi_driver_version_none_when_missing(
     monkeypatch.setenv("PATH", str(tmp_path))
 
     assert _nvidia_smi_driver_version() is None
+
+
+UUID_A = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+UUID_B = "GPU-5c3b0a3e-1f7d-2e0b-9a4c-3d2e1f0a9b8c"
+
+
+@pytest.mark.parametrize(
+    ("value", "gpus"),
+    [
+        ("0,1", ["0", "1"]),
+        ("1", ["1"]),
+        (" 1 , 0 ", ["1", "0"]),
+        ("", []),
+        ("-1", []),
+        ("0,-1,1", ["0"]),  # CUDA stops at the first invalid entry
+        ("0,,1", ["0"]),
+        ("0,0", ["0"]),
+        (f"{UUID_A},{UUID_B}", [UUID_A, UUID_B]),
+        ("GPU-8932f937", ["GPU-8932f937"]),  # a UUID prefix
+        ("MIG-3c1e7c2d-52f4-5c41-b1c7-3b7f1e3a4f55", ["MIG-3c1e7c2d-52f4-5c41-b1c7-3b7f1e3a4f55"]),
+        ("nope,0", []),
+    ],
+)
+def test_visible_gpus_reads_cuda_visible_devices_as_cuda_does(
+    value: str, gpus: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    monkeypatch.setattr("aka.hardware.device._torch_device_count", lambda: 8)  # never asked
+
+    assert parse_visible_devices(value) == gpus
+    assert visible_gpus() == gpus
+
+
+@pytest.mark.parametrize("count", [0, 2])
+def test_visible_gpus_asks_torch_when_cuda_visible_devices_is_unset(
+    count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+    assert visible_gpus() == [str(i) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("value", "index", "pinned"),
+    [
+        (None, 0, "0"),
+        (None, 3, "3"),
+        ("1", 0, "1"),  # a process pinned to physical GPU 1 hands its child GPU 1, not 0
+        ("1,0", 1, "0"),
+        (f"{UUID_A},{UUID_B}", 1, UUID_B),
+    ],
+)
+def test_worker_device_maps_a_visible_index_to_the_entry_that_pins_a_child(
+    value: str | None, index: int, pinned: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+
+    assert worker_device(index) == pinned
+
+
+@pytest.mark.parametrize(("value", "index"), [("", 0), ("-1", 0), ("0,1", 2), ("1", -1)])
+def test_worker_device_refuses_an_index_that_is_not_visible(
+    value: str, index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+
+    with pytest.raises(HardwareError, match=f"GPU index {index} is not visible"):
+        worker_device(index)
 
 
 @pytest.mark.gpu
