@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aka.core import AkaError, Settings
+from aka.core import MULTICAST_OFF_ENV, AkaError, Settings
 from aka.service.store import JobStatus, JobStore, open_store
 
 __all__ = [
@@ -47,29 +47,19 @@ logger = logging.getLogger(__name__)
 def gpu_slots(workers: int | str) -> list[str | None]:
     """The GPU each slot pins (None: the CPU), from ``ServiceConfig.workers``.
 
-    ``auto`` counts the GPUs named by ``CUDA_VISIBLE_DEVICES`` when it is set, else asks torch;
-    no GPU gives one CPU slot.
+    ``auto`` gives one slot per visible GPU (``aka.hardware.visible_gpus``: the entries of
+    ``CUDA_VISIBLE_DEVICES`` as CUDA reads them, else the GPUs torch counts); no GPU gives one CPU
+    slot. A number N gives N slots spread round-robin over the visible GPUs.
     """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        gpus = [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
-    else:
-        gpus = _torch_gpus()
+    from aka.hardware import visible_gpus
+
+    gpus = visible_gpus()
     if workers == "auto":
         return list(gpus) if gpus else [None]
     count = int(workers)
     if not gpus:
         return [None] * count
     return [gpus[i % len(gpus)] for i in range(count)]
-
-
-def _torch_gpus() -> list[str]:
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # no torch or no driver: CPU slots
-        return []
 
 
 def _resolve(path: str) -> Callable[..., dict[str, Any]]:
@@ -84,8 +74,7 @@ def _job_main(settings: Settings, job_id: str, gpu: str | None) -> None:
     _die_with_parent()
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    os.environ.update(MULTICAST_OFF_ENV)  # forced, as in every scorer worker
     store = open_store(settings.service)
     job = store.get(job_id)
     try:

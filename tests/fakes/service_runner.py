@@ -9,6 +9,8 @@ no timings, when the request says ``device: cpu``).
 ``by_model`` (the Ray tests: one server, every case) picks by the request's ``model``: ``crash``
 like ``crash_always``, ``slow`` like ``slow`` (its event carries the job process's pid), else
 ``run_job``.
+``pinned`` (multi-GPU slots) returns the job process's ``CUDA_VISIBLE_DEVICES`` and multicast
+settings and the interval it held its slot.
 Selected with ``AKA_SERVICE__RUNNER=tests.fakes.service_runner:<name>``.
 """
 
@@ -94,3 +96,15 @@ def by_model(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]
         time.sleep(600)
         return {}
     return run_job(settings, job, store)
+
+
+def pinned(settings: Settings, job: JobRow, store: JobStore) -> dict[str, Any]:
+    """Report the job process's GPU pinning and multicast settings; hold the slot for a second."""
+    started = time.time()
+    time.sleep(1.0)
+    return {
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nvls": os.environ.get("NCCL_NVLS_ENABLE"),
+        "symm_multicast_off": os.environ.get("TORCH_SYMM_MEM_DISABLE_MULTICAST"),
+        "interval": [started, time.time()],
+    }

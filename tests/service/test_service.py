@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from aka.service import gpu_slots
 from aka.service.auth import RateLimiter
 from tests.fakes.service_server import Server, start_server, stop_server
 
@@ -277,3 +278,34 @@ def test_a_job_runs_with_its_store_in_postgresql(tmp_path: Path) -> None:
             assert not (tmp_path / "service" / "service.sqlite").exists()  # nothing in SQLite
         finally:
             stop_server(s)
+
+
+def test_one_slot_per_visible_gpu_runs_jobs_at_once_each_pinned(tmp_path: Path) -> None:
+    # Fake GPUs: nothing in the fake runner touches CUDA, so the entries need not exist. The
+    # parent's NCCL_NVLS_ENABLE=1 must not reach a job (multicast stays off everywhere).
+    s = start_server(tmp_path, "pinned", AKA_SERVICE__WORKERS="auto",
+                     CUDA_VISIBLE_DEVICES="3,5", NCCL_NVLS_ENABLE="1")  # fmt: skip
+    try:
+        client = s.client(s.token("read,submit"))
+        ids = [client.post("/v1/jobs", json={"operator": "rms_norm"}).json()["id"]
+               for _ in range(2)]  # fmt: skip
+        results = [_wait(client, job_id)["result"] for job_id in ids]
+    finally:
+        stop_server(s)
+    assert sorted(r["visible"] for r in results) == ["3", "5"]
+    assert all(r["nvls"] == "0" and r["symm_multicast_off"] == "1" for r in results)
+    (a0, a1), (b0, b1) = (r["interval"] for r in results)
+    assert min(a1, b1) > max(a0, b0)  # the two jobs held their slots at the same time
+
+
+@pytest.mark.parametrize(
+    ("visible", "workers", "slots"),
+    [("0,1", "auto", ["0", "1"]), ("0,-1,1", "auto", ["0"]), ("", "auto", [None]),
+     ("-1", 2, [None, None]), ("2,3", 3, ["2", "3", "2"]),
+     ("GPU-8f2e,GPU-11aa", "auto", ["GPU-8f2e", "GPU-11aa"])],
+)  # fmt: skip
+def test_gpu_slots_follow_cuda_visible_devices_as_cuda_reads_it(
+    monkeypatch: pytest.MonkeyPatch, visible: str, workers: int | str, slots: list[str | None]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpu_slots(workers) == slots
