@@ -8,8 +8,10 @@ checks every request and runs every candidate in its own sandboxed job processes
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -17,13 +19,15 @@ import httpx
 
 from aka.core import ConfigError, ServiceError, ToolsConfig
 
-__all__ = ["FINAL_STATUSES", "AkaClient", "JsonObject", "ProblemFormat"]
+__all__ = ["FINAL_STATUSES", "AkaClient", "EventCallback", "JsonObject", "ProblemFormat"]
 
 logger = logging.getLogger(__name__)
 
 #: A JSON object as the API sends it (the I/O edge, STYLE T3).
 JsonObject = dict[str, Any]
 ProblemFormat = Literal["kernelbench", "op.yaml"]
+#: Called with each of a job's server-sent events (``{"id", "event", "data"}``) while waiting.
+EventCallback = Callable[[JsonObject], None]
 
 #: Job statuses after which nothing changes.
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
@@ -104,6 +108,7 @@ class AkaClient:
         *,
         problem_format: ProblemFormat = "kernelbench",
         suite: str | None = None,
+        on_event: EventCallback | None = None,
     ) -> JsonObject:
         """Queue an optimization (POST /v1/jobs) and, with ``wait``, follow it to its end.
 
@@ -118,6 +123,7 @@ class AkaClient:
             timeout_s: How long to wait, seconds; None = ``job_timeout_s``.
             problem_format: The format of ``problem``: ``kernelbench`` or ``op.yaml``.
             suite: The suite of ``operator``; None = the server's default.
+            on_event: Called with each of the job's events while waiting (see ``wait``).
 
         Returns:
             The job as the API shows it (``id``, ``status``, ``result``, ``error``, ``links``),
@@ -135,7 +141,7 @@ class AkaClient:
         logger.info("queued optimization job %s", job["id"])
         if not wait:
             return job
-        job = self.wait(job["id"], timeout_s)
+        job = self.wait(job["id"], timeout_s, on_event=on_event)
         kernel = self._kernel_if_any(job)
         return job if kernel is None else job | {"kernel": kernel}
 
@@ -149,6 +155,7 @@ class AkaClient:
         *,
         problem_format: ProblemFormat = "kernelbench",
         suite: str | None = None,
+        on_event: EventCallback | None = None,
     ) -> JsonObject:
         """Queue the scoring of one candidate (POST /v1/evaluations); with ``wait``, its verdict.
 
@@ -160,6 +167,7 @@ class AkaClient:
             timeout_s: How long to wait, seconds; None = ``job_timeout_s``.
             problem_format: The format of ``problem``: ``kernelbench`` or ``op.yaml``.
             suite: The suite of ``operator``; None = the server's default.
+            on_event: Called with each of the evaluation's events while waiting (see ``wait``).
 
         Returns:
             The evaluation job; once succeeded its ``result`` holds the verdict, the score and
@@ -172,7 +180,7 @@ class AkaClient:
         body["candidate"] = candidate
         job = self._json("POST", "/v1/evaluations", json=body)
         logger.info("queued evaluation job %s", job["id"])
-        return self.wait(job["id"], timeout_s) if wait else job
+        return self.wait(job["id"], timeout_s, on_event=on_event) if wait else job
 
     def kb_search(
         self, query: str, k: int = 5, op_family: str | None = None, arch: str | None = None
@@ -224,15 +232,21 @@ class AkaClient:
         """
         return self._json("POST", f"/v1/jobs/{job_id}/cancel")
 
-    def wait(self, job_id: str, timeout_s: float | None = None) -> JsonObject:
-        """Look at a job until its status is final, with growing pauses between looks.
+    def wait(
+        self, job_id: str, timeout_s: float | None = None, on_event: EventCallback | None = None
+    ) -> JsonObject:
+        """Wait until a job's status is final.
 
-        A 429 (rate limit) or a moment without an answer while waiting only lengthens the pause:
-        the job runs on regardless.
+        Without ``on_event`` it looks at the job with growing pauses between looks; with it, it
+        follows the job's server-sent events instead (``events``), calling ``on_event`` with each,
+        and reconnects after the last one it saw when the stream drops. A 429 (rate limit) or a
+        moment without an answer while waiting only lengthens the pause: the job runs on
+        regardless.
 
         Args:
             job_id: The job.
             timeout_s: How long to wait, seconds; None = ``job_timeout_s``.
+            on_event: Called with each event (``{"id", "event", "data"}``), in order, once each.
 
         Returns:
             The final job.
@@ -245,8 +259,14 @@ class AkaClient:
         deadline = time.monotonic() + limit_s
         pause_s = self.poll_interval_s
         status = "unknown"
+        seen = 0  # the last event id passed to on_event
         while True:
             try:
+                if on_event is not None:
+                    for event in self.events(job_id, after=seen, deadline=deadline):
+                        if event["id"] is not None:
+                            seen = event["id"]
+                        on_event(event)
                 job = self.job(job_id)
                 status = job["status"]
                 if status in FINAL_STATUSES:
@@ -267,6 +287,47 @@ class AkaClient:
                 )
             time.sleep(min(pause_s, left_s))
             pause_s = min(pause_s * 1.5, self.max_poll_interval_s)
+
+    def events(
+        self, job_id: str, after: int = 0, deadline: float | None = None
+    ) -> Iterator[JsonObject]:
+        """A job's server-sent events after ``after`` (GET /v1/jobs/{id}/events), until its end.
+
+        Yields ``{"id": int | None, "event": str, "data": object}`` per event; the last is the
+        ``end`` event (``id`` None). Stops early, without an error, when the stream drops or
+        ``deadline`` (a ``time.monotonic()`` value) passes; resume with the last ``id`` seen.
+
+        Raises:
+            ServiceError: The service refused (no such job of this token...) or is unreachable.
+        """
+        path = f"/v1/jobs/{job_id}/events"
+        try:
+            with self._http.stream("GET", path, headers={"Last-Event-ID": str(after)}) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _error_of(response)
+                frame: JsonObject = {"id": None, "event": "message", "data": None}
+                for line in response.iter_lines():
+                    if deadline is not None and time.monotonic() > deadline:
+                        return
+                    if line:
+                        field, _, value = line.partition(":")
+                        value = value[1:] if value.startswith(" ") else value
+                        if field == "id" and value.isdigit():
+                            frame["id"] = int(value)
+                        elif field == "event":
+                            frame["event"] = value
+                        elif field == "data":
+                            frame["data"] = _json_or_text(value)
+                        continue  # ": keep-alive" comments and unknown fields are skipped
+                    if frame["data"] is not None or frame["event"] != "message":
+                        yield frame
+                        if frame["event"] == "end":
+                            return
+                    frame = {"id": None, "event": "message", "data": None}
+        except httpx.HTTPError as err:  # a dropped or silent stream: the caller resumes
+            logger.info("events of job %s: stream ended (%s: %s)", job_id,
+                        type(err).__name__, err)  # fmt: skip
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -319,6 +380,13 @@ class AkaClient:
         if response.is_success:
             return response
         raise _error_of(response)
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
 
 
 def _problem_body(

@@ -18,7 +18,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aka.core import AkaError, ServiceError
-from aka.tools.client import AkaClient, JsonObject
+from aka.tools.client import AkaClient, EventCallback, JsonObject
 
 __all__ = [
     "TOOLS",
@@ -110,35 +110,36 @@ class ToolSpec(Generic[_Input]):
         name: The tool name every adapter uses.
         description: What the tool does and what it returns, written for a model.
         input_model: The pydantic model of its arguments (the parameters schema).
-        run: Calls the service with validated arguments; returns a JSON object.
+        run: Calls the service with validated arguments (and, for a tool that waits for a job,
+            a callback of the job's events, or None); returns a JSON object.
     """
 
     name: str
     description: str
     input_model: type[_Input]
-    run: Callable[[AkaClient, _Input], JsonObject]
+    run: Callable[[AkaClient, _Input, EventCallback | None], JsonObject]
 
     def parameters(self) -> JsonObject:
         """The JSON schema (draft 2020-12) of the tool's arguments."""
         return self.input_model.model_json_schema()
 
 
-def _optimize(client: AkaClient, args: OptimizeInput) -> JsonObject:
+def _optimize(client: AkaClient, args: OptimizeInput, on_event: EventCallback | None) -> JsonObject:
     return client.optimize(
         operator=args.operator, problem=args.problem, shapes=args.shapes,
         max_iters=args.max_iters, model=args.model, dsl=args.dsl,
-        problem_format=args.problem_format,
+        problem_format=args.problem_format, on_event=on_event,
     )  # fmt: skip
 
 
-def _evaluate(client: AkaClient, args: EvaluateInput) -> JsonObject:
+def _evaluate(client: AkaClient, args: EvaluateInput, on_event: EventCallback | None) -> JsonObject:
     return client.evaluate(
         args.candidate, operator=args.operator, problem=args.problem,
-        problem_format=args.problem_format,
+        problem_format=args.problem_format, on_event=on_event,
     )  # fmt: skip
 
 
-def _kb_search(client: AkaClient, args: KBSearchInput) -> JsonObject:
+def _kb_search(client: AkaClient, args: KBSearchInput, _: EventCallback | None) -> JsonObject:
     hits = client.kb_search(args.query, k=args.k, op_family=args.op_family, arch=args.arch)
     return {"query": args.query, "hits": hits}
 
@@ -184,13 +185,19 @@ def tool_spec(name: str) -> ToolSpec[Any]:
     raise ServiceError(f"no tool named {name!r}; the tools are {known}", code="tools.unknown_tool")
 
 
-def dispatch(client: AkaClient, name: str, arguments: Mapping[str, Any] | str) -> JsonObject:
+def dispatch(
+    client: AkaClient,
+    name: str,
+    arguments: Mapping[str, Any] | str,
+    on_event: EventCallback | None = None,
+) -> JsonObject:
     """Run one tool call by name: validate its arguments, then call the service.
 
     Args:
         client: The service to call.
         name: The tool's name, e.g. ``aka_evaluate``.
         arguments: Its arguments, as a mapping or as the JSON text a model sends.
+        on_event: For a tool that waits for a job: called with each of its events (progress).
 
     Returns:
         The tool's result, a JSON object (``aka_kb_search``: ``{query, hits}``).
@@ -208,7 +215,7 @@ def dispatch(client: AkaClient, name: str, arguments: Mapping[str, Any] | str) -
             f"invalid arguments for {name}: {_explain(err)}; see the tool's parameters schema",
             code="tools.invalid_arguments",
         ) from err
-    return spec.run(client, args)
+    return spec.run(client, args, on_event)
 
 
 def error_result(err: AkaError) -> JsonObject:

@@ -74,3 +74,55 @@ def test_client_from_config_needs_a_token() -> None:
         AkaClient.from_config(ToolsConfig())
     with AkaClient.from_config(ToolsConfig(url="http://h:1/", token="s3cret")) as client:
         assert client.base_url == "http://h:1" and "s3cret" not in repr(client)
+
+
+class _DropFirstEventStream(httpx.BaseTransport):
+    """The real network, except that the first events stream breaks after its first event."""
+
+    def __init__(self) -> None:
+        self.real = httpx.HTTPTransport()
+        self.resumed_from: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.real.handle_request(request)
+        if not request.url.path.endswith("/events"):
+            return response
+        self.resumed_from.append(request.headers.get("Last-Event-ID", ""))
+        if len(self.resumed_from) > 1:
+            return response
+        real_stream = response.stream
+
+        class Broken(httpx.SyncByteStream):
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                buffered = b""
+                for chunk in real_stream:  # type: ignore[union-attr]
+                    buffered += chunk
+                    if b"\n\n" in buffered:  # one whole event went through: cut the line
+                        yield buffered[: buffered.index(b"\n\n") + 2]
+                        raise httpx.ReadError("connection reset (test)")
+
+            def close(self) -> None:
+                response.close()
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Broken())
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_client_follows_a_jobs_events_and_resumes_after_a_dropped_stream(
+    aka_server: ToolServer,
+) -> None:
+    transport = _DropFirstEventStream()
+    events: list[dict] = []
+    with AkaClient(aka_server.url, aka_server.token, poll_interval_s=0.05,
+                   transport=transport) as client:  # fmt: skip
+        job = client.evaluate(RMS_NORM_CANDIDATE.read_text(), operator="rms_norm",
+                              on_event=events.append)  # fmt: skip
+
+    assert job["status"] == "succeeded", job
+    ids = [e["id"] for e in events if e["id"] is not None]
+    assert ids == list(range(1, len(ids) + 1)), events  # every event once, in order
+    assert transport.resumed_from[:2] == ["0", "1"]  # reconnected after the one it had seen
+    assert events[0]["data"]["status"] == "queued"
+    assert events[-1] == {"id": None, "event": "end", "data": {"status": "succeeded"}}

@@ -17,6 +17,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from aka.tools import openai_tools
+from aka.tools.mcp_server import describe
 from tests.tools.conftest import REPO, RMS_NORM_CANDIDATE, ToolServer
 
 pytestmark = pytest.mark.integration
@@ -46,6 +47,19 @@ def _session_run(server: ToolServer, log: Path, token: str | None = None) -> dic
                     {"operator": "rms_norm", "candidate": RMS_NORM_CANDIDATE.read_text()},
                 )
                 seen["bad"] = await session.call_tool("aka_kb_search", {"k": 3})
+                progress: list[tuple[float, float | None, str | None]] = []
+
+                async def on_progress(
+                    done: float, total: float | None, message: str | None
+                ) -> None:
+                    progress.append((done, total, message))
+
+                seen["followed"] = await session.call_tool(
+                    "aka_evaluate",
+                    {"operator": "rms_norm", "candidate": RMS_NORM_CANDIDATE.read_text()},
+                    progress_callback=on_progress,
+                )
+                seen["progress"] = progress
 
     # In a thread of its own: asyncio.run in the main thread would drop the main thread's current
     # event loop (one that an earlier test's library, e.g. litellm, left set), which then dies
@@ -74,6 +88,15 @@ def test_mcp_server_lists_the_tools_and_runs_them(aka_server: ToolServer, tmp_pa
     bad = seen["bad"]  # a missing argument: the server answers, the session goes on
     assert bad.is_error and "query" in bad.content[0].text
 
+    # Asked for progress, the same call reports the job's events as they happen, in order.
+    followed, progress = seen["followed"], seen["progress"]
+    assert not followed.is_error and followed.structured_content["status"] == "succeeded"
+    counts = [p[0] for p in progress]
+    assert counts == [float(i) for i in range(1, len(progress) + 1)], progress
+    messages = [p[2] or "" for p in progress]
+    assert messages[0] == "status: queued" and "status: running (attempt 1)" in messages
+    assert messages[-2:] == ["status: succeeded", "end: succeeded"]
+
 
 def test_mcp_cli_without_a_token_says_how_to_get_one() -> None:
     import subprocess
@@ -86,3 +109,16 @@ def test_mcp_cli_without_a_token_says_how_to_get_one() -> None:
 
     assert done.returncode == 2, done.stderr
     assert "AKA_TOOLS__TOKEN" in done.stderr and "aka token create" in done.stderr
+
+
+def test_progress_messages_name_what_happened() -> None:
+    progress = {
+        "id": 7,
+        "event": "progress",
+        "data": {"seq": 7, "source": "bench", "stage": "correctness", "message": "shape 0 ok"},
+    }
+    assert describe(progress) == "bench/correctness: shape 0 ok"
+    running = {"id": 2, "event": "status", "data": {"status": "running", "attempt": 2}}
+    assert describe(running) == "status: running (attempt 2)"
+    assert describe({"id": None, "event": "end", "data": {"status": "failed"}}) == "end: failed"
+    assert describe({"id": 3, "event": "progress", "data": "plain"}) == "progress: plain"
