@@ -106,6 +106,14 @@ def test_causal_conv1d_varlen_tuning_no_state_no_act(load_kernel, cfg):
     _close(mod.causal_conv1d_varlen_initial_states(**args, **cfg), mod.reference(**args))
 
 
+def test_causal_conv1d_varlen_single_sequence_without_cu_seqlens(load_kernel):
+    # atrex30's form: one sequence, no cu_seqlens tensor (the kernel takes L as a scalar)
+    mod = load_kernel(CONV_VL)
+    inputs = mod.make_inputs({"dim": 20, "seqlens": [37]}, F32)
+    args = {**inputs, "cu_seqlens": None, "has_initial_state": None}
+    _close(mod.causal_conv1d_varlen_initial_states(**args), mod.reference(**args))
+
+
 def test_causal_conv1d_varlen_rejects_bad_inputs(load_kernel):
     mod = load_kernel(CONV_VL)
     inputs = mod.make_inputs({"dim": 4, "seqlens": [3, 2]}, F32)

@@ -61,6 +61,7 @@ def _causal_conv1d_varlen_kernel(
     out_ptr,
     # sizes
     C,
+    L,
     # strides (elements)
     stride_xc, stride_xl,
     stride_wc, stride_wj,
@@ -68,6 +69,7 @@ def _causal_conv1d_varlen_kernel(
     stride_oc, stride_ol,
     # meta
     W: tl.constexpr,
+    HAS_CU: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
     HAS_FLAGS: tl.constexpr,
@@ -78,8 +80,12 @@ def _causal_conv1d_varlen_kernel(
     seq = tl.program_id(0)
     chans = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = chans < C
-    start = tl.load(cu_ptr + seq).to(tl.int64)
-    length = tl.load(cu_ptr + seq + 1).to(tl.int64) - start
+    if HAS_CU:
+        start = tl.load(cu_ptr + seq).to(tl.int64)
+        length = tl.load(cu_ptr + seq + 1).to(tl.int64) - start
+    else:  # one sequence: no cu_seqlens tensor (building one would cost a host-to-device copy)
+        start = seq.to(tl.int64) * 0  # an int64 scalar, like the loaded one
+        length = start + L
     if HAS_FLAGS:
         use_state = tl.load(has_state_ptr + seq) != 0
     if HAS_BIAS:
@@ -172,22 +178,21 @@ def causal_conv1d_varlen_initial_states(
     out = torch.empty((c, length), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    if cu_seqlens is None:
-        cu_seqlens = torch.tensor([0, length], dtype=torch.int32, device=x.device)
     cfg = {"block_c": min(triton.next_power_of_2(c), 32), "num_warps": 4,
            "block_t": min(triton.next_power_of_2(length), 32)}  # fmt: skip
     given = {"block_c": block_c, "block_t": block_t, "num_warps": num_warps}
     cfg.update({key: value for key, value in given.items() if value is not None})
     state = initial_state if initial_state is not None else x  # dummy pointer when absent
     s_strides = initial_state.stride() if initial_state is not None else (0, 0, 0)
-    flags = has_initial_state if has_initial_state is not None else cu_seqlens
+    cu = cu_seqlens.contiguous() if cu_seqlens is not None else x  # dummy pointer when absent
+    flags = has_initial_state.contiguous() if has_initial_state is not None else cu
     _causal_conv1d_varlen_kernel[(n, triton.cdiv(c, cfg["block_c"]))](
-        x, weight, bias if bias is not None else weight, state, cu_seqlens.contiguous(),
-        flags.contiguous(), out,
-        c,
+        x, weight, bias if bias is not None else weight, state, cu, flags, out,
+        c, length,
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), *s_strides,
         out.stride(0), out.stride(1),
-        W=weight.shape[1], HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None,
+        W=weight.shape[1], HAS_CU=cu_seqlens is not None, HAS_BIAS=bias is not None,
+        HAS_STATE=initial_state is not None,
         HAS_FLAGS=has_initial_state is not None, SILU=activation is not None,
         BLOCK_C=cfg["block_c"], BLOCK_T=cfg["block_t"],
         num_warps=cfg["num_warps"],
