@@ -243,6 +243,14 @@ def test_causal_conv1d_token_major_reads_channel_last_storage(load_kernel):
     _check(out, mod.reference(**inputs), torch.bfloat16)
 
 
+def test_causal_conv1d_token_major_splits_channels_when_tokens_are_few(load_kernel):
+    # one token: the channel sweep is split over programs, the last range ending mid-slice
+    mod, launch = _conv(load_kernel, "token_major_vec")
+    inputs = mod.make_inputs({"dim": 100, "tokens": 1}, torch.float32)
+    assert mod._channel_splits(1, 100, 32) == 4
+    _check(launch(**inputs, block_c=32), mod.reference(**inputs), torch.float32, 1e-5)
+
+
 @pytest.mark.parametrize("name", list(CONV_KERNELS))
 def test_causal_conv1d_rejects_bad_inputs(load_kernel, name):
     mod, launch = _conv(load_kernel, name)

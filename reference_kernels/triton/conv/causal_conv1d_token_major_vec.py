@@ -30,7 +30,9 @@ for channel-last activations: out[c, t] = act(bias[c] + sum_j w[c, j] * xp[c, t 
 [initial_state[c] | x[c]], fp32 accumulation, act = SiLU ("silu"/"swish") or none. The logical
 shape is (B, dim, T) as in the other conv kernels, but when x is a transposed view of (B, T, dim)
 storage (channel stride 1, as the in_proj GEMM leaves it) this kernel reads it in rows: program
-(b, i) owns BLOCK_T consecutive tokens of sequence b and sweeps all channels in BLOCK_C slices,
+(b, i, s) owns BLOCK_T consecutive tokens of sequence b and sweeps its channels in BLOCK_C slices
+(all of them, s = 0, unless the token blocks number fewer than 256: then the sweep is split into
+contiguous channel ranges, so a decode step is not one program walking every channel serially),
 with tiles shaped (BLOCK_T, BLOCK_C) and channels the fast axis, so each tap's load and the store
 are contiguous BLOCK_C-wide vectors per token (128-bit accesses on the GPU). The W - 1 tokens
 before the block are re-read per tap (L1 hits) or, before t = 0, taken from the state. The output
@@ -50,7 +52,7 @@ import triton.language as tl
 @triton.jit
 def _causal_conv1d_token_major_kernel(
     x_ptr, w_ptr, bias_ptr, state_ptr, out_ptr,
-    DIM, T,
+    DIM, T, C_PER_PROGRAM,
     stride_xb, stride_xc, stride_xt, stride_wc, stride_wk,
     stride_sb, stride_sc, stride_sk, stride_ob, stride_oc, stride_ot,
     WIDTH: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_STATE: tl.constexpr, SILU: tl.constexpr,
@@ -59,9 +61,11 @@ def _causal_conv1d_token_major_kernel(
     seq = tl.program_id(0).to(tl.int64)  # int64: seq * stride can pass 2^31 elements
     times = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     tmask = times < T
-    for c0 in range(0, DIM, BLOCK_C):  # sweep every channel of this token block
+    c_start = tl.program_id(2) * C_PER_PROGRAM  # a channel split only when tokens are few
+    c_end = tl.minimum(c_start + C_PER_PROGRAM, DIM)
+    for c0 in range(c_start, c_end, BLOCK_C):  # sweep this split's channels of the token block
         chans = c0 + tl.arange(0, BLOCK_C)
-        cmask = chans < DIM
+        cmask = chans < c_end
         acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
         if HAS_BIAS:
             acc += tl.load(bias_ptr + chans, mask=cmask, other=0.0).to(tl.float32)[None, :]
@@ -82,6 +86,20 @@ def _causal_conv1d_token_major_kernel(
         tl.store(out_ptr + seq * stride_ob + chans[None, :].to(tl.int64) * stride_oc
                  + times[:, None] * stride_ot, acc.to(out_ptr.dtype.element_ty),
                  mask=tmask[:, None] & cmask[None, :])  # fmt: skip
+
+
+#: Programs below which a launch splits the channel sweep (about 2 per H100/H200 SM).
+MIN_PROGRAMS = 256
+
+
+def _channel_splits(token_programs: int, dim: int, block_c: int) -> int:
+    """Return how many programs share one token block's channel sweep.
+
+    One program per token block leaves a decode step (T = 1) a single program sweeping every
+    channel serially; splitting the sweep into contiguous channel ranges fills the GPU instead.
+    """
+    chunks = triton.cdiv(dim, block_c)
+    return max(1, min(chunks, triton.cdiv(MIN_PROGRAMS, token_programs)))
 
 
 def causal_conv1d_token_major_vec(
@@ -136,8 +154,12 @@ def causal_conv1d_token_major_vec(
     out = torch.empty_like(x3)  # keeps a channel-last x channel-last
     if out.numel() > 0:
         state = x3 if initial_state is None else initial_state  # a dummy pointer when absent
-        _causal_conv1d_token_major_kernel[(batch, triton.cdiv(t, bt))](
-            x3, weight, weight if bias is None else bias, state, out, dim, t,
+        token_programs = batch * triton.cdiv(t, bt)
+        splits = _channel_splits(token_programs, dim, bc)
+        c_per_program = triton.cdiv(triton.cdiv(dim, bc), splits) * bc  # whole BLOCK_C slices
+        grid = (batch, triton.cdiv(t, bt), triton.cdiv(dim, c_per_program))
+        _causal_conv1d_token_major_kernel[grid](
+            x3, weight, weight if bias is None else bias, state, out, dim, t, c_per_program,
             *x3.stride(), *weight.stride(), *state.stride(), *out.stride(),
             WIDTH=width, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None,
             SILU=activation is not None, BLOCK_T=bt, BLOCK_C=bc, num_warps=num_warps or 4,
