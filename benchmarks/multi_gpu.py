@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from service_gpu import follow, free_port, wait_healthy  # noqa: E402 - after the path
+
 RMS_NORM = REPO / "configs" / "examples" / "rms_norm"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 RATIO_TARGET = 1.7
@@ -304,61 +306,13 @@ def print_a(a: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------- (b) aka serve
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(base: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"aka serve exited with {server.returncode} before it was healthy")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"aka serve was not healthy within {timeout_s:.0f} s")
-
-
-def _events(base: str, headers: dict[str, str], job_id: str) -> list[dict[str, Any]]:
-    """A finished job's server-sent events (the stream ends with ``end``)."""
-    import httpx
-
-    events: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    with httpx.stream("GET", f"{base}/v1/jobs/{job_id}/events", headers=headers,
-                      timeout=httpx.Timeout(30, read=120)) as r:  # fmt: skip
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line:
-                if current:
-                    events.append(current)
-                    if current.get("event") == "end":
-                        break
-                current = {}
-                continue
-            field, _, value = line.partition(":")
-            if field == "data":
-                try:
-                    current["data"] = json.loads(value.strip())
-                except json.JSONDecodeError:
-                    current["data"] = value.strip()
-            elif field == "event":
-                current["event"] = value.strip()
-    return events
-
-
 def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, Any]:
     """Two jobs POSTed at once to ``aka serve`` with one slot per GPU."""
     if args.device == "cuda" and len(gpus) < 2:
         return {"skipped": f"{len(gpus)} GPU(s) visible ({gpus}); two slots need two GPUs"}
     import httpx
+
+    from aka.tools import AkaClient
 
     data = work / "service"
     env = _env(
@@ -371,9 +325,11 @@ def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, A
     aka = [sys.executable, "-m", "aka"]
     made = subprocess.run([*aka, "token", "create", "--name", "bench", "--scopes", "read,submit"],
                           env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
-    headers = {"Authorization": f"Bearer {made.stdout.strip().splitlines()[-1].split()[-1]}"}
-    port = _free_port()
+    token = made.stdout.strip().splitlines()[-1].split()[-1]
+    headers = {"Authorization": f"Bearer {token}"}
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
+    client = AkaClient(base, token, timeout_s=120)
     log_path = work / "serve.log"
     body = {
         "operator": args.operator,
@@ -386,7 +342,7 @@ def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, A
         server = subprocess.Popen([*aka, "serve", "--host", "127.0.0.1", "--port", str(port)],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)  # fmt: skip
         try:
-            _wait_healthy(base, server, 180)
+            wait_healthy(base, server, 180)
             t0 = time.monotonic()
             with ThreadPoolExecutor(2) as pool:  # both POSTs at once
                 posted = list(pool.map(
@@ -418,7 +374,7 @@ def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, A
             for job_id in ids:
                 view = views.get(job_id) or httpx.get(f"{base}/v1/jobs/{job_id}",
                                                       headers=headers, timeout=30).json()  # fmt: skip
-                events = _events(base, headers, job_id) if job_id in views else []
+                events = follow(client, job_id, t0, echo=False) if job_id in views else []
                 running = [e["data"] for e in events if e.get("event") == "status"
                            and isinstance(e.get("data"), dict) and e["data"].get("worker")]  # fmt: skip
                 run_json = data / "jobs" / job_id / "run" / "run.json"
@@ -450,6 +406,7 @@ def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, A
         except Exception as err:  # noqa: BLE001 - a benchmark reports every failure
             result["error"] = f"{type(err).__name__}: {err}"
         finally:
+            client.close()
             server.terminate()
             try:
                 server.wait(timeout=30)

@@ -6,7 +6,8 @@ atrex30 operator with a few tune shapes and a small budget, follows the job's se
 the end, then GETs the job, its kernel and its report (Markdown and HTML). Prints a table of the
 job's timings (queue wait, run time, wall time from POST to the last byte of the report) and writes
 ``service_gpu_<date>.json`` (device, versions, timings, the job's result, every event's kind and
-time) plus the fetched kernel and report next to it.
+time) plus the fetched kernel and report in ``service_gpu_<date>/`` (``kernel.py.txt``: a fetched
+artifact, not project code; ``report.md``, ``report.html``).
 
     PYTHONPATH=$PWD python3 benchmarks/service_gpu.py --operator rms_norm --shapes 0,7 \
         --max-iters 2 --out $OUT
@@ -32,57 +33,44 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _wait_healthy(base: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
+def wait_healthy(base: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for ``aka serve`` at ``base`` to answer /healthz.
+
+    Raises:
+        RuntimeError: The server exited, or did not answer within ``timeout_s``.
+    """
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise SystemExit(f"aka serve exited with {server.returncode} before it was healthy")
+            raise RuntimeError(f"aka serve exited with {server.returncode} before it was healthy")
         try:
             if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise SystemExit(f"aka serve was not healthy within {timeout_s:.0f} s")
+    raise RuntimeError(f"aka serve was not healthy within {timeout_s:.0f} s")
 
 
-def _follow(base: str, headers: dict[str, str], job_id: str, t0: float) -> list[dict[str, Any]]:
-    """Read the job's SSE stream to its ``end`` event; return each event with its arrival time."""
-    import httpx
-
+def follow(client: Any, job_id: str, t0: float, echo: bool = True) -> list[dict[str, Any]]:
+    """A job's server-sent events to its ``end`` (``AkaClient.events``), each with ``t_s``."""
     events: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    url = f"{base}/v1/jobs/{job_id}/events"
-    with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(30, read=900)) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line:
-                if current:
-                    current["t_s"] = round(time.monotonic() - t0, 3)
-                    events.append(current)
-                    print(f"[{current['t_s']:7.1f}s] {current.get('event')}: "
-                          f"{str(current.get('data'))[:110]}", flush=True)  # fmt: skip
-                    if current.get("event") == "end":
-                        break
-                current = {}
-                continue
-            field, _, value = line.partition(":")
-            value = value.lstrip()
-            if field == "data":
-                try:
-                    current["data"] = json.loads(value)
-                except json.JSONDecodeError:
-                    current["data"] = value
-            elif field in ("event", "id"):
-                current[field] = value
+    for event in client.events(job_id):
+        event["t_s"] = round(time.monotonic() - t0, 3)
+        events.append(event)
+        if echo:
+            print(
+                f"[{event['t_s']:7.1f}s] {event['event']}: {str(event['data'])[:110]}", flush=True
+            )
     return events
 
 
@@ -98,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     from aka.hardware import library_versions
+    from aka.tools import AkaClient
 
     data = Path(tempfile.mkdtemp(prefix="aka-service-gpu-"))
     env = os.environ | {
@@ -112,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                           env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
     token = made.stdout.strip().splitlines()[-1].split()[-1]
     headers = {"Authorization": f"Bearer {token}"}
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(data / "serve.log", "wb")  # noqa: SIM115 - closed in finally
     server = subprocess.Popen([*aka, "serve", "--host", "127.0.0.1", "--port", str(port)],
@@ -125,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         t_start = time.monotonic()
-        _wait_healthy(base, server, 120)
+        wait_healthy(base, server, 120)
         record["server_ready_s"] = round(time.monotonic() - t_start, 3)
         body = {
             "operator": args.operator,
@@ -137,17 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"POST /v1/jobs -> {posted.status_code} {posted.text[:200]}", flush=True)
         posted.raise_for_status()
         job_id = posted.json()["id"]
-        events = _follow(base, headers, job_id, t0)
+        with AkaClient(base, token, timeout_s=900) as client:
+            events = follow(client, job_id, t0)
         job = httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=30).json()
         kernel = httpx.get(f"{base}/v1/jobs/{job_id}/kernel", headers=headers, timeout=30)
         report_md = httpx.get(f"{base}/v1/jobs/{job_id}/report", headers=headers, timeout=30)
         report_html = httpx.get(f"{base}/v1/jobs/{job_id}/report", params={"format": "html"},
                                 headers=headers, timeout=30)  # fmt: skip
         t_end = time.monotonic() - t0
-        for name, resp in (("kernel.py", kernel), ("report.md", report_md),
+        fetched = args.out / f"service_gpu_{datetime.now(UTC).date().isoformat()}"
+        fetched.mkdir(exist_ok=True)
+        for name, resp in (("kernel.py.txt", kernel), ("report.md", report_md),
                            ("report.html", report_html)):  # fmt: skip
             if resp.status_code == 200:
-                (args.out / f"service_gpu_{name}").write_text(resp.text)
+                (fetched / name).write_text(resp.text)
         running = next((e["t_s"] for e in events if e.get("event") == "status"
                         and isinstance(e.get("data"), dict)
                         and e["data"].get("status") == "running"), None)  # fmt: skip
@@ -164,9 +156,16 @@ def main(argv: list[str] | None = None) -> int:
                 "post_to_end_event": events[-1]["t_s"] if events else None,
                 "post_to_report_fetched": round(t_end, 3),
             },
-            "events": [{"t_s": e["t_s"], "event": e.get("event"),
-                        "data": e.get("data") if e.get("event") != "progress"
-                        else str(e.get("data"))[:160]} for e in events],  # fmt: skip
+            "events": [
+                {
+                    "t_s": e["t_s"],
+                    "event": e.get("event"),
+                    "data": e.get("data")
+                    if e.get("event") != "progress"
+                    else str(e.get("data"))[:160],
+                }
+                for e in events
+            ],  # fmt: skip
         }
     finally:
         server.terminate()
