@@ -15,6 +15,7 @@ from aka.kb.build import (
 from aka.kb.chunk import Chunk, content_hash, flag_metadata
 from aka.kb.embed import CachedEmbedder, Embedder, MiniLMEmbedder
 from aka.kb.index import BuildStats, KnowledgeIndex, SourceUnit, StoredChunk
+from aka.kb.kernel_problem import KERNEL_PROBLEM_PREFIX, kernel_problem, kernel_problem_yaml
 from aka.kb.loader import (
     LoadedDoc,
     LoadedKernel,
@@ -28,6 +29,7 @@ from aka.kb.retrieve import Hit, HybridRetriever, KBFilter, Retriever, build_whe
 from aka.kb.schema import KIND_TO_LAYER, DocKind, DocMeta, Evidence, Layer
 
 __all__ = [
+    "KERNEL_PROBLEM_PREFIX",
     "KIND_TO_LAYER",
     "BuildStats",
     "CachedEmbedder",
@@ -56,6 +58,8 @@ __all__ = [
     "index_path",
     "ingest_upstream",
     "kernel_chunks",
+    "kernel_problem",
+    "kernel_problem_yaml",
     "knowledge_units",
     "lint_problems",
     "load_docs",

@@ -168,9 +168,32 @@ def _kernel_problems(meta: KernelMeta, text: str, path: Path, root: Path) -> lis
     for needed in ("reference", "make_inputs"):
         if needed not in facts.functions:
             problems.append(f"{source}: defines no {needed}() (STYLE R3); add it")
+    if meta.problem is not None and not problems:
+        problems += _own_problem_problems(meta, text, path)
     if text.count("\n") + 1 > _MAX_KERNEL_LINES:
         problems.append(f"{source}: over {_MAX_KERNEL_LINES} lines; move variants to sibling files")
     return problems
+
+
+def _own_problem_problems(meta: KernelMeta, text: str, path: Path) -> list[str]:
+    """The ``problem:`` field builds a loadable own-reference problem (aka.kb.kernel_problem)."""
+    from aka.kb.kernel_problem import kernel_problem
+
+    try:
+        kernel_problem(path, meta, text)
+    except SpecError as err:
+        return [f"{path}: field 'problem': {err.message}"]
+    facts = read_source_facts(text, filename=str(path))
+    reference = facts.functions["reference"]
+    unknown = (
+        [n for n in meta.problem.in_place if n not in reference.params] if meta.problem else []
+    )
+    if unknown:
+        return [
+            f"{path}: field 'problem.in_place': {unknown} are not parameters of reference(); "
+            "name reference() parameters"
+        ]
+    return []
 
 
 def lint_problems(docs_root: Path, kernels_root: Path) -> list[str]:

@@ -10,7 +10,7 @@ from aka.spec.holdout import (
     holdout_violations,
     with_holdout,
 )
-from aka.spec.kernel_meta import KernelMeta, KernelSource, MeasuredEntry
+from aka.spec.kernel_meta import KernelMeta, KernelProblem, KernelSource, MeasuredEntry
 from aka.spec.loader import detect_format, load_problem, parse_op_yaml_text
 from aka.spec.problem import (
     CodeRef,
@@ -47,6 +47,7 @@ __all__ = [
     "DtypePolicySpec",
     "HoldoutSpec",
     "KernelMeta",
+    "KernelProblem",
     "KernelSource",
     "MeasuredEntry",
     "OpFamily",

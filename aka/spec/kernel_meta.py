@@ -27,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     Tag,
     field_validator,
     model_validator,
@@ -38,6 +39,7 @@ __all__ = [
     "DIM_ELLIPSIS",
     "DIM_WILDCARD",
     "KernelMeta",
+    "KernelProblem",
     "KernelSource",
     "LauncherArg",
     "MeasuredEntry",
@@ -243,6 +245,63 @@ class MeasuredEntry(BaseModel):
     date: str | None = None
 
 
+#: Names the generated problem's ``_make_inputs`` uses itself; a shape key may not take them.
+PROBLEM_RESERVED_KEYS = frozenset({"dtype", "device"})
+
+
+class KernelProblem(_Strict):
+    """The kernel's own-reference problem: its ``reference()`` scored on these smoke cases.
+
+    ``aka.kb.kernel_problem`` turns it into an op.yaml problem: ``Model.forward`` calls the file's
+    ``reference``, ``_make_inputs`` calls its ``make_inputs(shape, dtype)``; the cases are
+    ``shapes`` x ``dtypes``, all ``split: smoke`` (small, for the CPU interpreter).
+    """
+
+    shapes: list[dict[str, JsonValue]] = Field(
+        min_length=1,
+        max_length=3,
+        description="Shape dicts for make_inputs(shape, ...), small enough for the interpreter "
+        "(taken from the kernel's tests).",
+    )
+    dtypes: list[DType] = Field(
+        default_factory=list,
+        max_length=3,
+        description="make_inputs' dtype per case; empty: its default (no dtype passed).",
+    )
+    atol: float | None = Field(
+        default=None, ge=0, description="Tolerance override (the tests'); None: scorer table."
+    )
+    rtol: float | None = Field(
+        default=None, ge=0, description="Tolerance override (the tests'); None: scorer table."
+    )
+    in_place: list[str] = Field(
+        default_factory=list,
+        description="reference() parameters it updates in place (compared after the call).",
+    )
+
+    @field_validator("shapes")
+    @classmethod
+    def _valid_shapes(cls, value: list[dict[str, JsonValue]]) -> list[dict[str, JsonValue]]:
+        for i, shape in enumerate(value):
+            bad = sorted(k for k in shape if not k.isidentifier() or k in PROBLEM_RESERVED_KEYS)
+            if bad:
+                raise ValueError(
+                    f"shapes[{i}] has keys {bad}: keys must be identifiers other than "
+                    f"{sorted(PROBLEM_RESERVED_KEYS)}"
+                )
+        keys = [tuple(sorted(s.items(), key=lambda kv: kv[0])) for s in value]
+        if len({repr(k) for k in keys}) != len(keys):
+            raise ValueError("shapes repeat; give each shape once")
+        return value
+
+    @field_validator("dtypes")
+    @classmethod
+    def _unique_dtypes(cls, value: list[DType]) -> list[DType]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"dtypes repeat: {[d.value for d in value]}")
+        return value
+
+
 class KernelMeta(BaseModel):
     """A reference kernel's header (YAML front matter of its module docstring)."""
 
@@ -277,6 +336,11 @@ class KernelMeta(BaseModel):
         default_factory=dict,
         description="Symbol -> names of problem scalars that give its size, e.g. "
         "{D: [head_dim, head_size]} when a problem passes q flattened as (T, H*D).",
+    )
+    problem: KernelProblem | None = Field(
+        default=None,
+        description="Smoke cases of the kernel's own-reference problem (aka.kb.kernel_problem): "
+        "shapes for make_inputs, dtypes, optional atol/rtol and in_place.",
     )
     measured: list[MeasuredEntry] = Field(default_factory=list)
 
