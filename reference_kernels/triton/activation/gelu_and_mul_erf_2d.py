@@ -19,6 +19,9 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 3, d: 1000}, {rows: 9, d: 65}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 GeGLU with the exact GELU: x (..., 2d) holds [gate | up] and out = 0.5 gate (1 + erf(gate /

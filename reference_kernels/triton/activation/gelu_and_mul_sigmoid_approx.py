@@ -20,6 +20,11 @@ args:
   alpha: {type: float, default: 1.702, aliases: [quick_gelu_alpha]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 7, d: 149}, {rows: 3, d: 500, alpha: 1.0}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Gated GELU with the sigmoid approximation gelu(g) ~ g * sigmoid(1.702 g) ("quick-gelu", used in

@@ -18,6 +18,9 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 3, d: 1000}, {rows: 5, d: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 GeGLU as in Gemma-style gated MLPs: x (..., 2d) holds [gate | up] and out = gelu_tanh(gate) * up,

@@ -21,6 +21,11 @@ args:
      aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: ['...'], dtype: x}
+problem:
+  shapes: [{shape: [3, 5, 77]}, {shape: [2000]}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Mish (Misra, 2019), out = x * tanh(softplus(x)), elementwise over a contiguous tensor of any shape.

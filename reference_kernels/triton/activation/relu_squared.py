@@ -20,6 +20,9 @@ args:
      aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 1, hidden: 77}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Squared ReLU, out = max(x, 0)^2, the activation of Primer and of Nemotron-H / Nemotron-4 MLPs (no

@@ -20,6 +20,11 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 3, d: 500}, {rows: 9, d: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The SwiGLU activation out = silu(gate) * up for x (..., 2d) = [gate | up] (atrex30 silu_and_mul)

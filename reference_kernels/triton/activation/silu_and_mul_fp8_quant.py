@@ -19,6 +19,9 @@ args:
 returns:
   - {name: q, shape: [..., D], dtype: fp8_e4m3fn}
   - {name: scale, shape: [..., 1], dtype: fp32}
+problem:
+  shapes: [{rows: 3, d: 500}, {rows: 9, d: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The gated-MLP activation of an FP8 model feeding the down projection: y = silu(gate) * up for x

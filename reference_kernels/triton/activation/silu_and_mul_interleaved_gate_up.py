@@ -20,6 +20,11 @@ args:
   gate_up: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [x_interleaved]}
 returns:
   - {name: out, shape: [..., D], dtype: gate_up}
+problem:
+  shapes: [{rows: 7, d: 149}, {rows: 2, d: 600}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 SwiGLU out[..., i] = silu(gate_up[..., 2i]) * gate_up[..., 2i + 1] for checkpoints and fused

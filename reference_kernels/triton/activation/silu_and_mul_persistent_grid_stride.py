@@ -20,6 +20,11 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [input, hidden_states]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 7, d: 149}, {rows: 3, d: 1000}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The atrex30 silu_and_mul: out = silu(gate) * up for x (..., 2d) = [gate | up], with the SiLU

@@ -21,6 +21,9 @@ args:
   interleaved: {type: bool, default: true}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 3, d: 500}, {rows: 4, d: 33, interleaved: false}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The gpt-oss MoE activation. With gate g and up u taken from x (..., 2d) -- interleaved (g = x[...,

@@ -22,6 +22,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 3, seq_len: 33, seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {batch: 2, seq_len: 40, seq_lens: [0, 40], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Decode attention (one query token per batch entry) over a dense, unpaged KV cache k, v of shape

@@ -27,6 +27,11 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_seqlen, max_query_len]}
 returns:
   - {name: out, shape: [TQ, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [7, 33, 20], num_heads_q: 2, head_dim: 24}, {seq_lens: [7, 33], k_lens: [20, 33], causal: true, num_heads_q: 4, num_heads_kv: 2, head_dim: 24}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: attention_forward/0, dtype: bf16, latency_us: 118.64, sol_fraction: 0.0263, date: '2026-12-03'}
 ---

@@ -26,6 +26,11 @@ args:
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
   - {name: lse, shape: [HQ, TT], dtype: fp32}
+problem:
+  shapes: [{seq_lens: [5, 40], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [1, 17], num_heads_q: 2, num_heads_kv: 2, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Causal self-attention over packed variable-length sequences (q, k, v (total tokens, heads, D),

@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, LQ, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 2, len_q: 20, len_k: 70, kv_lens: [70, 0], num_heads_q: 2, num_heads_kv: 1, head_dim: 24}, {batch: 1, len_q: 3, len_k: 17, num_heads_q: 2, num_heads_kv: 2, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Cross attention of a decoder's queries over an encoder's keys and values (Whisper, T5, vision

@@ -23,6 +23,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale]}
 returns:
   - {name: out, shape: [B, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 2, seq_len: 70, num_heads_q: 4, num_heads_kv: 2, head_dim: 40, window: 33, seq_lens: [70, 20]}, {batch: 1, seq_len: 50, num_heads_q: 3, num_heads_kv: 3, head_dim: 64, window: 1}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Decode attention (one query per batch entry, at position seq_len - 1) restricted to a sliding

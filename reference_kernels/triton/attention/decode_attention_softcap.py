@@ -23,6 +23,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale]}
 returns:
   - {name: out, shape: [B, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 2, seq_len: 70, num_heads_q: 4, num_heads_kv: 2, head_dim: 40, softcap: 5.0, seq_lens: [70, 20]}, {batch: 1, seq_len: 33, num_heads_q: 8, num_heads_kv: 1, head_dim: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Decode attention whose logits are squashed before the softmax: s = cap * tanh(scale * q.k / cap)

@@ -24,6 +24,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, H, SQ, D], dtype: q}
+problem:
+  shapes: [{batch: 2, heads: 4, kv_heads: 2, sq: 24, sk: 40, d: 32}, {batch: 1, heads: 2, kv_heads: 2, sq: 33, sk: 33, d: 40}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Causal attention forward for the dense, padded (batch, heads, seq, head_dim) layout of

@@ -26,6 +26,9 @@ args:
   causal: {type: bool, default: false, aliases: [is_causal]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [1, 17, 33], num_heads: 4, head_dim: 32, causal: true}, {seq_lens: [1, 17, 33], num_heads: 4, head_dim: 32, causal: false}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The varlen attention forward of flash_attention_varlen_fwd (packed q, k, v of shape

@@ -24,6 +24,9 @@ args:
   max_seqlen: {type: int, default: null, aliases: [max_seq_len, max_seqlen_q]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [1, 17, 33], num_heads: 4, head_dim: 32}, {seq_lens: [5, 40, 20], num_heads: 4, num_heads_kv: 2, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Flash-attention forward for a packed batch of variable-length sequences (q, k, v all

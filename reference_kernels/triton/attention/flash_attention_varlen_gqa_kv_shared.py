@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [TQ, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [7, 33, 20], num_heads_q: 4, num_heads_kv: 2, head_dim: 40}, {seq_lens: [1, 5], kv_lens: [9, 5], num_heads_q: 3, num_heads_kv: 3, head_dim: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: attention_forward/0, dtype: bf16, latency_us: 108.64, sol_fraction: 0.0287, date: '2026-12-03'}
 ---

@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 3, seq_len: 24, seq_lens: [24, 0, 9], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {batch: 1, seq_len: 33, num_heads_q: 2, num_heads_kv: 2, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Decode attention (one query token per sequence) over a dense, batch-major KV cache (B, T, HKV, D)

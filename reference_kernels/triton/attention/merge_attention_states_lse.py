@@ -21,6 +21,9 @@ args:
 returns:
   - {name: output, shape: [T, H, D], dtype: prefix_output}
   - {name: output_lse, shape: [H, T], dtype: fp32}
+problem:
+  shapes: [{tokens: 5, heads: 3, head_dim: 40}, {tokens: 2, heads: 3, head_dim: 8}]
+  dtypes: [fp32]
 measured: []
 ---
 Combines two attention results over disjoint key sets (a shared-prefix pass and a per-request

@@ -26,6 +26,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, H, kv_lora_rank], dtype: q}
+problem:
+  shapes: [{seq_lens: [37, 5, 0], num_heads: 5, kv_lora_rank: 48, rope_dim: 16}, {seq_lens: [20], num_heads: 17, kv_lora_rank: 32, rope_dim: 8}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: mla_decode_attention/0, dtype: bf16, latency_us: 49.088, sol_fraction: 0.0619, date: '2026-12-03'}
 ---

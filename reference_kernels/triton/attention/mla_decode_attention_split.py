@@ -26,6 +26,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, H, R], dtype: q_nope}
+problem:
+  shapes: [{batch: 2, num_heads: 4, seq_len: 37, kv_lora_rank: 64, rope_dim: 16}, {batch: 3, num_heads: 20, seq_len: 40, seq_lens: [0, 17, 40], kv_lora_rank: 64, rope_dim: 16}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The operator of mla_decode_attention_absorbed (absorbed MLA decode: scores q_nope . c_kv + q_pe .

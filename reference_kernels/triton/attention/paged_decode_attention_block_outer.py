@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
+problem:
+  shapes: [{seq_lens: [37, 16, 0], num_heads_q: 6, num_heads_kv: 2, head_dim: 32}, {seq_lens: [40], num_heads_q: 2, num_heads_kv: 2, head_dim: 24, page: 32}]
+  dtypes: [bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 82.848, sol_fraction: 0.3879, date: '2026-12-03'}
 ---

@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
+problem:
+  shapes: [{num_seqs: 3, seq_lens: [37, 16, 5], num_heads_q: 6, num_heads_kv: 2, head_dim: 64, page: 16}, {num_seqs: 2, seq_lens: [40, 0], num_heads_q: 2, num_heads_kv: 2, head_dim: 40, page: 32}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Decode attention (one query per sequence, GQA) over a paged KV cache stored as float8_e4m3fn with

@@ -23,6 +23,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
+problem:
+  shapes: [{seq_lens: [37, 5, 16], num_heads_q: 6, num_heads_kv: 2, head_dim: 64}, {seq_lens: [20], num_heads_q: 3, num_heads_kv: 3, head_dim: 32, page_size: 8}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 98.0, sol_fraction: 0.328, date: '2026-12-03'}
 ---

@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, NQ, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [37, 4], num_queries: 4, num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [20], num_queries: 1, num_heads_q: 2, num_heads_kv: 2, head_dim: 16, page: 32}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Decode with NQ new query tokens per sequence, as in speculative-decoding verification (the target

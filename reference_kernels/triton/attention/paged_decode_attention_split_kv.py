@@ -23,6 +23,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
+problem:
+  shapes: [{seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [0, 40, 16], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Decode attention (one query token per sequence) over a paged cache in the (num_blocks, HKV, PAGE,

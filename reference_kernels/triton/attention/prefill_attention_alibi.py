@@ -23,6 +23,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale]}
 returns:
   - {name: out, shape: [B, H, S, D], dtype: q}
+problem:
+  shapes: [{batch: 1, heads: 2, seq_len: 45, head_dim: 40}, {batch: 2, heads: 4, seq_len: 16, head_dim: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Causal self-attention for prefill with ALiBi (BLOOM, MPT, Baichuan): the score of query i and key

@@ -24,6 +24,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [B, HQ, S, D], dtype: q}
+problem:
+  shapes: [{batch: 1, num_heads_q: 2, num_heads_kv: 1, seq_len: 70, head_dim: 24, window: 20}, {batch: 2, num_heads_q: 1, num_heads_kv: 1, seq_len: 20, head_dim: 16, window: 1}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Local (sliding-window) causal self-attention for prefill, as in Mistral / Gemma local layers:

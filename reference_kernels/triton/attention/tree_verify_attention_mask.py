@@ -23,6 +23,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale]}
 returns:
   - {name: out, shape: [B, K, HQ, D], dtype: q}
+problem:
+  shapes: [{batch: 2, drafts: 7, prefix: [37, 0], num_heads_q: 4, num_heads_kv: 2, head_dim: 40}, {batch: 1, drafts: 64, prefix: 5, num_heads_q: 1, num_heads_kv: 1, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Verification step of tree speculative decoding (Medusa, EAGLE, SpecInfer): each sequence has K

@@ -26,6 +26,11 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [1, 7, 1], context_lens: [20, 10, 3], num_heads_q: 4, num_heads_kv: 2, head_dim: 40}, {seq_lens: [5, 19], num_heads_q: 3, num_heads_kv: 1, head_dim: 32, page_size: 8}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 655.776, sol_fraction: 0.0673, date: '2026-12-03'}
   - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 2290.4, sol_fraction: 0.083, date: '2026-12-03'}

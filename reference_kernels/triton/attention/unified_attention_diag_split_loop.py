@@ -27,6 +27,11 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [5, 40], context_lens: [3, 9], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [1, 17], num_heads_q: 3, num_heads_kv: 1, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 1088.256, sol_fraction: 0.0405, date: '2026-12-03'}
   - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 1384.48, sol_fraction: 0.1373, date: '2026-12-03'}

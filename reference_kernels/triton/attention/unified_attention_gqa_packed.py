@@ -27,6 +27,9 @@ args:
   max_seqlen_q: {type: int, default: null, aliases: [max_query_len]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [5, 17, 20], context_lens: [0, 30, 3], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The same operator as unified_attention_qblock (causal attention of packed variable-length queries

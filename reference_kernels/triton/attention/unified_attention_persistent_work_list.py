@@ -27,6 +27,11 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [TT, HQ, D], dtype: q}
+problem:
+  shapes: [{seq_lens: [5, 0, 40], context_lens: [3, 4, 9], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [17], num_heads_q: 3, num_heads_kv: 1, head_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 548.96, sol_fraction: 0.0803, date: '2026-12-03'}
   - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 3004.464, sol_fraction: 0.0633, date: '2026-12-03'}

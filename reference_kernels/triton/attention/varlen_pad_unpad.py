@@ -20,6 +20,9 @@ args:
   max_seqlen: {type: int, aliases: [max_seqlen_q, seqlen]}
 returns:
   - {name: padded, shape: ['B1 - 1', max_seqlen, H, D], dtype: x}
+problem:
+  shapes: [{lens: [5, 0, 37, 16], heads: 3, head_dim: 20, max_seqlen: 40}, {lens: [1], heads: 1, head_dim: 8}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Moves tokens between the packed varlen layout (TOTAL, H, D) indexed by cu_seqlens (B + 1 prefix

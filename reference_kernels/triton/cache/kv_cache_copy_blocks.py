@@ -22,6 +22,9 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{blocks: 9, block_size: 4, heads: 2, head_dim: 16, pairs: 3}]
+  dtypes: [fp32]
 measured: []
 ---
 vLLM's copy_blocks (the copy-on-write step of beam search and prefix forking): for every pair

@@ -24,6 +24,9 @@ returns:
   - {name: key, shape: ['?', H, D], dtype: key_cache}
   - {name: value, shape: ['?', H, D], dtype: key_cache}
   - {name: cu_seqlens, shape: ['?'], dtype: int32}
+problem:
+  shapes: [{seq_lens: [5, 17, 0, 8], heads: 2, head_dim: 16}]
+  dtypes: [fp32]
 measured: []
 ---
 The inverse of the paged cache write, as prefix-cache reuse and chunked-prefill attention backends

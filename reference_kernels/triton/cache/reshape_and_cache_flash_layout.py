@@ -24,6 +24,9 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{tokens: 1, heads: 4, head_dim: 128}, {tokens: 21, heads: 3, head_dim: 40, block_size: 8}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: reshape_and_cache/0, dtype: bf16, latency_us: 4.128, sol_fraction: 0.6977, date: '2026-12-03'}
 ---

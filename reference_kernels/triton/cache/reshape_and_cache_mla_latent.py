@@ -22,6 +22,9 @@ args:
   slot_mapping: {shape: [T], dtypes: [int32, int64], aliases: [slots, slot_ids]}
 returns:
   - {name: kv_cache, alias: kv_cache}
+problem:
+  shapes: [{tokens: 11, kv_lora_rank: 48, rope_dim: 16, block_size: 4}]
+  dtypes: [fp32]
 measured: []
 ---
 The KV-cache write of multi-head latent attention (DeepSeek-V2/V3): a token caches no per-head K and

@@ -23,6 +23,9 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{tokens: 1, heads: 4, head_dim: 128}, {tokens: 33, heads: 3, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: reshape_and_cache/0, dtype: bf16, latency_us: 4.032, sol_fraction: 0.6984, date: '2026-12-03'}
 ---

@@ -24,6 +24,9 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{tokens: 1, heads: 4, head_dim: 128}, {tokens: 33, heads: 3, head_dim: 40}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: reshape_and_cache/0, dtype: bf16, latency_us: 3.456, sol_fraction: 0.8796, date: '2026-12-03'}
 ---

@@ -24,6 +24,9 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{tokens: 13, heads: 3, head_dim: 20}]
+  dtypes: [fp32]
 measured:
   - {device: NVIDIA H200, shape: reshape_and_cache/0, dtype: bf16, latency_us: 3.776, sol_fraction: 0.7712, date: '2026-12-03'}
 ---

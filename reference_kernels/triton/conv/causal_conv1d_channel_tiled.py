@@ -23,6 +23,11 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [..., C, L], dtype: x}
+problem:
+  shapes: [{dim: 100, tokens: 37}, {dim: 64, tokens: 1}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: causal_conv1d/0, dtype: bf16, latency_us: 3.872, sol_fraction: 0.7686, date: '2026-12-03'}
 ---

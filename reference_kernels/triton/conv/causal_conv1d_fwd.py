@@ -23,6 +23,9 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [..., C, L], dtype: x}
+problem:
+  shapes: [{dim: 100, tokens: 1}, {dim: 33, tokens: 70}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: causal_conv1d/0, dtype: bf16, latency_us: 4.352, sol_fraction: 0.6985, date: '2026-12-03'}
 ---

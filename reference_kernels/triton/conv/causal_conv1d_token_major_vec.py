@@ -23,6 +23,11 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [..., C, L], dtype: x}
+problem:
+  shapes: [{dim: 40, tokens: 37}, {dim: 20, tokens: 2, batch: 2, width: 3, activation: null}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The short causal convolution of Mamba / Gated DeltaNet blocks (atrex30's causal_conv1d), laid out

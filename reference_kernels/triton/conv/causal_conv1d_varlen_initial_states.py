@@ -27,6 +27,9 @@ args:
   activation: {type: str, default: silu}
 returns:
   - {name: out, shape: [C, L], dtype: x}
+problem:
+  shapes: [{dim: 20, seqlens: [5, 1, 13, 2]}]
+  dtypes: [fp32]
 measured: []
 ---
 The short causal convolution of Mamba-2 / Gated DeltaNet prefill when the batch's sequences are

@@ -22,6 +22,9 @@ args:
   bias: {shape: [C], dtypes: [float], optional: true}
 returns:
   - {name: out, shape: [N, H, W, C], dtype: x}
+problem:
+  shapes: [{batch: 2, height: 2, width: 7, channels: 12}]
+  dtypes: [fp32]
 measured: []
 ---
 Depthwise 2-D convolution (one 3 x 3 filter per channel, stride 1, zero padding 1, output size =

@@ -22,6 +22,11 @@ args:
   padding_idx: {type: int, aliases: [pad_id]}
 returns:
   - {name: grad_weight, shape: [num_weights, D], dtype: fp32}
+problem:
+  shapes: [{batch: 2, seq: 9, vocab: 10, dim: 100}, {batch: 1, seq: 16, vocab: 6, dim: 40, padding_idx: 2}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The backward of torch.nn.functional.embedding for the table: grad_weight[v] = sum of grad_output[t]

@@ -22,6 +22,11 @@ args:
   mode: {type: str, default: sum}
 returns:
   - {name: out, shape: [B, D], dtype: weight}
+problem:
+  shapes: [{vocab: 50, dim: 100, bags: 6, max_bag: 12}, {vocab: 20, dim: 33, bags: 4, max_bag: 5, mode: mean}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 torch.nn.functional.embedding_bag(input, weight, offsets, mode="sum" | "mean") for a flat index

@@ -19,6 +19,9 @@ args:
   weight: {shape: [V, H], dtypes: [bf16, fp16, fp32], aliases: [embedding, embed_tokens, table]}
 returns:
   - {name: out, shape: [T, H], dtype: weight}
+problem:
+  shapes: [{tokens: 7, vocab: 100, hidden: 300}, {tokens: 33, vocab: 50, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 out[t, :] = weight[ids[t], :] (torch.nn.functional.embedding without padding_idx or max_norm). One

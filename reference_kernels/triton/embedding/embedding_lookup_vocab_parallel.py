@@ -22,6 +22,9 @@ args:
   vocab_end_index: {type: int, aliases: [vocab_end, end]}
 returns:
   - {name: out, shape: [T, H], dtype: weight}
+problem:
+  shapes: [{tokens: 7, vocab: 100, hidden: 300}, {tokens: 33, vocab: 50, hidden: 64, shards: 3, rank: 2}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The per-rank step of a tensor-parallel (vocab-sharded) embedding: this rank holds table rows

@@ -21,6 +21,9 @@ args:
   scaling_factor: {type: float, default: 1.0, aliases: [rope_scaling_factor, factor]}
 returns:
   - {name: cos_sin_cache, shape: [T, rotary_dim], dtype: fp32}
+problem:
+  shapes: [{positions: 300, rotary_dim: 64}, {positions: 33, rotary_dim: 96, base: 500000.0, scaling_factor: 4.0}]
+  dtypes: [int64, int32]
 measured: []
 ---
 Builds the table that cache-based RoPE kernels read: row t = [cos(p f_0) .. cos(p f_{R-1}) | sin(p

@@ -22,6 +22,11 @@ args:
   x_scale: {type: float, default: 1.0, aliases: [scale, embed_scale]}
 returns:
   - {name: out, shape: [..., S, D], dtype: x}
+problem:
+  shapes: [{batch: 2, seq: 7, dim: 40, offset: 100}, {batch: 1, seq: 33, dim: 300, x_scale: 2.0}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 out[..., s, :] = x_scale * x[..., s, :] + PE(s + offset), with the Transformer's (Vaswani et al.,

@@ -26,6 +26,11 @@ args:
   group_k: {type: int, default: 128, aliases: [block_size_k]}
 returns:
   - {name: out, shape: [M, N], dtype: fp32}
+problem:
+  shapes: [{m: 5, n: 96, k: 192, group_n: 32, group_k: 64}, {m: 1, n: 40, k: 130, group_n: 16, group_k: 64}]
+  dtypes: [fp8_e4m3fn]
+  atol: 0.001
+  rtol: 0.0001
 measured:
   - {device: NVIDIA H200, shape: block_scaled_mm/0, dtype: fp8_e4m3fn, latency_us: 589.696, sol_fraction: 0.0047, date: '2026-12-03'}
 ---

@@ -29,6 +29,11 @@ args:
   group_k: {type: int, default: 128, aliases: [block_size_k]}
 returns:
   - {name: out, shape: [M, N], dtype: fp32}
+problem:
+  shapes: [{m: 5, n: 96, k: 192, group_n: 32, group_k: 64}, {m: 20, n: 40, k: 80, group_n: 32, group_k: 32}]
+  dtypes: [fp8_e4m3fn]
+  atol: 0.001
+  rtol: 0.001
 measured: []
 ---
 atrex30's block_scaled_mm (out[i, j] = sum over K groups g of (a[i, g] . b[j, g]) * a_scales[i,

@@ -27,6 +27,9 @@ args:
     {shape: [ceil(N / 128), ceil(K / 128)], dtypes: [fp32], layout: any, aliases: [b_scale]}
 returns:
   - {name: out, shape: [M, N], dtype: fp32}
+problem:
+  shapes: [{m: 5, n: 200, k: 384}, {m: 33, n: 48, k: 200}]
+  dtypes: [fp8_e4m3fn]
 measured: []
 ---
 The block-scaled FP8 GEMM out = sum_kb (a_kb @ b_kb^T) * a_scale[m, kb] * b_scale[n // 128, kb] (a

@@ -24,6 +24,9 @@ args:
   w: {shape: [2*N, K], like: a, layout: any, aliases: [weight, w13, gate_up_proj, b]}
 returns:
   - {name: out, shape: [M, N], dtype: a}
+problem:
+  shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 100}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The first half of a SwiGLU MLP in one kernel: out = SiLU(A @ Wg^T) * (A @ Wu^T), where the weight

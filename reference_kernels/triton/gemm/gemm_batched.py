@@ -24,6 +24,9 @@ args:
   b: {shape: [BATCH, K, N], like: a, layout: any, aliases: [mat2, batch2, other]}
 returns:
   - {name: c, shape: [BATCH, M, N], dtype: a}
+problem:
+  shapes: [{batch: 3, m: 33, n: 40, k: 72}, {batch: 1, m: 1, n: 17, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 torch.bmm semantics: C[b] = A[b] @ B[b] for A (BATCH, M, K) and B (BATCH, K, N). The grid is 2D:

@@ -25,6 +25,9 @@ args:
   bias: {shape: [N], like: x, optional: true}
 returns:
   - {name: y, shape: [M, N], dtype: x}
+problem:
+  shapes: [{m: 7, n: 40, k: 80, bias: true}, {m: 33, n: 20, k: 48}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 torch.nn.Linear's layout, "TN": y (M, N) = x (M, K) @ W^T + bias with x and W both stored

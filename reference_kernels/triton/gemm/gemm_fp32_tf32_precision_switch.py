@@ -25,6 +25,9 @@ args:
   b: {shape: [N, K], dtypes: [fp32], layout: any, aliases: [w, weight]}
 returns:
   - {name: c, shape: [M, N], dtype: fp32}
+problem:
+  shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 200}]
+  dtypes: [fp32]
 measured: []
 ---
 C = A @ B^T for fp32 A (M, K) and B (N, K), where the only design choice that matters is how

@@ -26,6 +26,11 @@ args:
   scale_b: {shape: [1], dtypes: [fp32], aliases: [b_scale, weight_scale, w_scale]}
 returns:
   - {name: out, shape: [M, N], dtype: bf16}
+problem:
+  shapes: [{m: 5, n: 40, k: 72}, {m: 20, n: 17, k: 160}]
+  dtypes: [fp8_e4m3fn]
+  atol: 0.01
+  rtol: 0.01
 measured: []
 ---
 The classic FP8 (per-tensor, "tensorwise") linear layer: out = (a @ b^T) * scale_a * scale_b

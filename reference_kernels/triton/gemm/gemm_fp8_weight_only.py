@@ -25,6 +25,9 @@ args:
   w_scale: {shape: [N], dtypes: [fp32], aliases: [scale, weight_scale, scale_b]}
 returns:
   - {name: y, shape: [M, N], dtype: x}
+problem:
+  shapes: [{m: 5, n: 40, k: 200}, {m: 1, n: 17, k: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 W8A16 with fp8 weights: y = (x @ dequant(w)^T) where dequant(w)[n, k] = w[n, k] * w_scale[n], x

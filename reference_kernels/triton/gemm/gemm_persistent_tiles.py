@@ -25,6 +25,9 @@ args:
   b: {shape: [N, K], like: a, layout: any, aliases: [w, weight, mat2]}
 returns:
   - {name: c, shape: [M, N], dtype: a}
+problem:
+  shapes: [{m: 130, n: 130, k: 40}, {m: 1, n: 17, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) on a persistent grid: min(tiles, programs_per_sm * SMs)

@@ -24,6 +24,9 @@ args:
   residual: {shape: [M, N], like: a, layout: any, aliases: [res, skip]}
 returns:
   - {name: c, shape: [M, N], dtype: a}
+problem:
+  shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The output projection of a transformer block with its skip connection: C = A @ B^T + residual,

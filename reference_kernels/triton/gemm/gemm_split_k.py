@@ -23,6 +23,9 @@ args:
   b: {shape: [N, K], like: a, layout: any, aliases: [w, weight, mat2]}
 returns:
   - {name: c, shape: [M, N], dtype: a}
+problem:
+  shapes: [{m: 33, n: 48, k: 96}, {m: 1, n: 17, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) for decode-like shapes (M = 1..64, K in the thousands)

@@ -24,6 +24,9 @@ args:
   b: {shape: [N, K], like: a, aliases: [w, weight]}
 returns:
   - {name: c, shape: [M, N], dtype: a}
+problem:
+  shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 16, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 C = A @ B^T with every tile moved by a tensor descriptor built inside the kernel with

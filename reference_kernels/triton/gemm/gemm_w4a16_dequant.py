@@ -25,6 +25,9 @@ args:
   scales: {shape: [N, G], dtypes: [bf16, fp16, fp32], aliases: [w_scale, scale, weight_scale]}
 returns:
   - {name: y, shape: [M, N], dtype: x}
+problem:
+  shapes: [{m: 5, n: 40, k: 256, group_size: 64}, {m: 1, n: 17, k: 96, group_size: 32}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Weight-only int4 (GPTQ/AWQ-style symmetric, no zero tensor): y = x @ W^T with W[n, k] =

@@ -22,6 +22,9 @@ args:
   b: {shape: [N, K], like: a, aliases: [w, weight]}
 returns:
   - {name: c, shape: [1, N], dtype: a}
+problem:
+  shapes: [{n: 40, k: 1000}, {n: 17, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The single-token linear layer of decode: c (1, N) = a (1, K) @ b (N, K)^T. A program owns BLOCK_N

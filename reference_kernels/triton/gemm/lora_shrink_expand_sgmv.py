@@ -27,6 +27,9 @@ args:
   scaling: {type: float, default: 1.0, aliases: [scale, lora_scale]}
 returns:
   - {alias: y}
+problem:
+  shapes: [{seg_lens: [5, 20, 3], adapter_ids: [1, 0, -1], hi: 64, ho: 48, rank: 8, loras: 2}, {seg_lens: [1, 1, 1, 1], adapter_ids: [0, 2, 2, 1], hi: 40, ho: 100, rank: 16, loras: 3}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Multi-LoRA serving (Punica's SGMV): a batch is a list of S segments (token rows [seg_starts[s],

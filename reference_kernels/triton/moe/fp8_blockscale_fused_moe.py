@@ -27,6 +27,9 @@ args:
   topk_weights: {shape: [T, TOPK], dtypes: [fp32], aliases: [routing_weights]}
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns: [{name: out, shape: [T, H], dtype: bf16}]
+problem:
+  shapes: [{tokens: 3, hidden: 200, inter: 96, experts: 5, top_k: 3}]
+  dtypes: [bf16]
 measured: []
 ---
 DeepSeek-style FP8 MoE, all quantisation NVIDIA e4m3fn (max 448, scale = absmax / 448): x (T, H) per

@@ -25,6 +25,9 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
+problem:
+  shapes: [{tokens: 13, hidden: 96, inter: 40, experts: 6, top_k: 2}, {tokens: 7, hidden: 72, inter: 24, experts: 5, top_k: 3}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 10369.792, sol_fraction: 0.0046, date: '2026-12-03'}
 ---

@@ -26,6 +26,9 @@ args:
   topk_ids: {shape: [T, TOPK], dtypes: [int32], aliases: [selected_experts]}
 returns:
   - {name: out, shape: [T, H], dtype: fp32}
+problem:
+  shapes: [{tokens: 5, hidden: 64, inter: 32, experts: 4, top_k: 2}, {tokens: 1, hidden: 48, inter: 40, experts: 8, top_k: 3}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Prefill-style fused MoE out (T, H) fp32 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x

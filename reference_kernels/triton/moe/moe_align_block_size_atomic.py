@@ -23,6 +23,9 @@ returns:
   - {name: sorted_token_ids, shape: ['?'], dtype: int32}
   - {name: expert_ids, shape: ['?'], dtype: int32}
   - {name: num_tokens_post_pad, shape: [1], dtype: int32}
+problem:
+  shapes: [{tokens: 13, top_k: 4, num_experts: 10, block_size: 16}, {tokens: 1, top_k: 8, num_experts: 128, block_size: 128}]
+  dtypes: [int32]
 measured: []
 ---
 The routing step before a grouped MoE GEMM (atrex30's moe_align_block_size): the T*k (token, slot)

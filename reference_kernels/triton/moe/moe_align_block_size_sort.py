@@ -22,6 +22,9 @@ returns:
   - {name: sorted_token_ids, shape: ['?'], dtype: int32}
   - {name: expert_ids, shape: ['?'], dtype: int32}
   - {name: num_tokens_post_pad, shape: [1], dtype: int32}
+problem:
+  shapes: [{tokens: 5, top_k: 2, experts: 4, block_size: 16}, {tokens: 1, top_k: 8, experts: 128, block_size: 128}]
+  dtypes: []
 measured: []
 ---
 Counting sort of the T*k (token, slot) routing pairs by expert, in three launches and without

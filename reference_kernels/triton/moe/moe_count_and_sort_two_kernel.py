@@ -21,6 +21,9 @@ returns:
   - {name: sorted_token_ids, shape: [T * TOPK], dtype: int32}
   - {name: expert_token_counts, shape: [num_experts], dtype: int32}
   - {name: cumsum, shape: [num_experts + 1], dtype: int32}
+problem:
+  shapes: [{tokens: 13, top_k: 4, num_experts: 10}, {tokens: 1, top_k: 8, num_experts: 128}]
+  dtypes: []
 measured: []
 ---
 atrex30's moe_count_and_sort without atomics in two launches. Kernel 1: program p histograms its

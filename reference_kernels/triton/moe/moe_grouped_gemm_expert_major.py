@@ -28,6 +28,9 @@ args:
   topk_weights: {shape: [T, TOPK], dtypes: [fp32], optional: true, aliases: [routing_weights]}
 returns:
   - {name: out, shape: [T*TOPK, N], dtype: a}
+problem:
+  shapes: [{tokens: 10, k_dim: 48, n: 40, experts: 4, top_k: 2, block_size: 16, weighted: true}, {tokens: 3, k_dim: 100, n: 20, experts: 8, top_k: 1, block_size: 16}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The GEMM at the heart of sorted MoE, on its own: for every routed pair p = t * top_k + j listed in

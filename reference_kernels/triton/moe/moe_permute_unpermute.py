@@ -24,6 +24,9 @@ returns:
   - {name: permuted, shape: [T*TOPK, H], dtype: hidden}
   - {name: dest_of_pair, shape: [T*TOPK], dtype: int32}
   - {name: expert_offsets, shape: [num_experts + 1], dtype: int64}
+problem:
+  shapes: [{tokens: 9, hidden: 100, experts: 5, top_k: 2}, {tokens: 1, hidden: 64, experts: 3, top_k: 3}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The data movement around a grouped-GEMM MoE without padding (the layout CUTLASS grouped GEMMs and

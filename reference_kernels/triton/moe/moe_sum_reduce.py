@@ -21,6 +21,9 @@ args:
   routed_scaling_factor: {type: float, default: 1.0, aliases: [scaling_factor]}
 returns:
   - {name: out, shape: [T, H], dtype: expert_outputs}
+problem:
+  shapes: [{tokens: 5, top_k: 8, hidden: 64}, {tokens: 13, top_k: 2, hidden: 1000, weighted: true}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 out (T, H) = routed_scaling_factor * sum_j w[t, j] * expert_outputs[t, j, :] (weights optional, as

@@ -21,6 +21,9 @@ args:
   routed_scaling_factor: {type: float, default: 1.0, aliases: [scaling_factor]}
 returns:
   - {name: out, shape: [T, H], dtype: expert_outputs}
+problem:
+  shapes: [{tokens: 5, top_k: 8, hidden: 96}, {tokens: 3, top_k: 3, hidden: 300, weighted: true, scale: 2.5}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 out (T, H) = routed_scaling_factor * sum_j w[t, j] * expert_outputs[t, j, :] (weights optional) in

@@ -22,6 +22,11 @@ args:
   routed_scaling_factor: {type: float, default: 1.0, aliases: [scaling_factor]}
 returns:
   - {name: out, shape: [T, H], dtype: expert_outputs}
+problem:
+  shapes: [{tokens: 7, top_k: 3, hidden: 200}, {tokens: 5, top_k: 8, hidden: 96, scale: 2.5}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 out (T, H) = routed_scaling_factor * sum_j expert_outputs[t, j, :], accumulated in fp32 and rounded

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: topk_weights, shape: [T, top_k], dtype: fp32}
   - {name: topk_ids, shape: [T, top_k], dtype: int32}
+problem:
+  shapes: [{tokens: 7, experts: 128, top_k: 8}, {tokens: 3, experts: 6, top_k: 2, renormalize: true}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: moe_topk_gating_softmax/0, dtype: fp32, latency_us: 5.408, sol_fraction: 0.5207, date: '2026-12-03'}
 ---

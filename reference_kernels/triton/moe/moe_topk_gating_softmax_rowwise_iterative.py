@@ -23,6 +23,9 @@ args:
 returns:
   - {name: topk_weights, shape: [T, top_k], dtype: fp32}
   - {name: topk_ids, shape: [T, top_k], dtype: int32}
+problem:
+  shapes: [{tokens: 7, experts: 24, top_k: 5}, {tokens: 3, experts: 160, top_k: 8, renormalize: true}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: moe_topk_gating_softmax/0, dtype: fp32, latency_us: 6.112, sol_fraction: 0.4555, date: '2026-12-03'}
 ---

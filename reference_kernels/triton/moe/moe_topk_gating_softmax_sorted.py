@@ -22,6 +22,9 @@ args:
 returns:
   - {name: topk_weights, shape: [T, top_k], dtype: fp32}
   - {name: topk_ids, shape: [T, top_k], dtype: int32}
+problem:
+  shapes: [{tokens: 7, experts: 24, top_k: 5}, {tokens: 3, experts: 160, top_k: 8, renormalize: true}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Router top-k without k serial reductions: one program per token loads its (E,) logits, takes an

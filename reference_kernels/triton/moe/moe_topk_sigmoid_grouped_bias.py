@@ -26,6 +26,9 @@ args:
 returns:
   - {name: topk_weights, shape: [T, top_k], dtype: fp32}
   - {name: topk_ids, shape: [T, top_k], dtype: int32}
+problem:
+  shapes: [{tokens: 5, experts: 64, groups: 8, topk_group: 4, top_k: 8}, {tokens: 3, experts: 24, groups: 3, topk_group: 2, top_k: 5, renormalize: false, scale: 1.0}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Group-limited routing as DeepSeek-V3 defines it, in our own formulation: s = sigmoid(logits) (fp32);

@@ -22,6 +22,9 @@ args:
   topk_weights: {shape: [T, TOPK], dtypes: [fp32], aliases: [routing_weights]}
 returns:
   - {name: out, shape: [T, H], dtype: permuted}
+problem:
+  shapes: [{tokens: 5, top_k: 3, experts: 4, hidden: 100, block_size: 4}, {tokens: 2, top_k: 1, experts: 3, hidden: 33, block_size: 8}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The combine after an expert-major grouped GEMM: row p of ``permuted`` (P, H) is the expert output

@@ -22,6 +22,11 @@ args:
 returns:
   - {name: out, shape: [..., N], dtype: x}
   - {name: residual_out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 6, hidden: 1000}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The pre-norm transformer step h = x + residual; y = RMSNorm(h) * w for rows of any width: one

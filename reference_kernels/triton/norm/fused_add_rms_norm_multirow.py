@@ -22,6 +22,11 @@ args:
 returns:
   - {name: out, shape: [..., N], dtype: x}
   - {name: residual_out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The pre-norm step of atrex30 fused_add_rms_norm: residual_out = round(x + residual) to the

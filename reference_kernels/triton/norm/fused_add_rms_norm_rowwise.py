@@ -21,6 +21,11 @@ args:
 returns:
   - {name: out, shape: [..., N], dtype: x}
   - {name: residual_out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The pre-norm transformer step h = x + residual; y = RMSNorm(h) * w in one kernel, one program per

@@ -27,6 +27,11 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: out, shape: [T, "(head_num + 2 * kv_head_num) * D"], dtype: hidden_states}
+problem:
+  shapes: [{tokens: 7, heads: 5, kv_heads: 1, d: 96}, {tokens: 1, heads: 2, kv_heads: 2, d: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 atrex30 fused_qk_rmsnorm: each token's packed row holds [q heads | k heads | v heads] of D values;

@@ -21,6 +21,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The output norm of gated linear-attention / Mamba2 blocks: y = rmsnorm(x) * w * silu(z), normalising

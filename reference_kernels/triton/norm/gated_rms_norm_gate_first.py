@@ -23,6 +23,9 @@ args:
   activation: {type: str, default: silu, aliases: [act]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The gated output norm of gated-delta-net and Mamba2 layers in atrex30 gated_rms_norm's semantics.

@@ -24,6 +24,11 @@ args:
   activation: {type: str, default: silu, aliases: [act]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 37, hidden: 128}, {rows: 5, hidden: 96}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 atrex30 gated_rms_norm: with norm_before_gate (the default, upstream's setting) y = rmsnorm(x) *

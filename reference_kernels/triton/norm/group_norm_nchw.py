@@ -25,6 +25,9 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, norm_eps]}
 returns:
   - {name: y, shape: [N, C, H, W], dtype: x}
+problem:
+  shapes: [{n: 2, c: 8, h: 9, w: 7, groups: 4}, {n: 1, c: 6, h: 5, w: 5, groups: 3, affine: false}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 GroupNorm as in diffusion UNets / VAEs and conv nets: the C channels of each sample split into G

@@ -23,6 +23,11 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, norm_eps]}
 returns:
   - {name: y, shape: [B, S, C], dtype: x}
+problem:
+  shapes: [{batch: 2, hw: 150, channels: 24, num_groups: 4}, {batch: 1, hw: 7, channels: 64, num_groups: 32}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 GroupNorm for channels-last activations (diffusion UNets and VAEs keep (N, H*W, C)): the C channels

@@ -22,6 +22,11 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon]}
 returns:
   - {name: y, shape: [B, C, H, W], dtype: x}
+problem:
+  shapes: [{batch: 2, channels: 3, height: 7, width: 45}, {batch: 1, channels: 4, height: 5, width: 5}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 InstanceNorm2d (training-mode statistics, no running stats): every (n, c) plane of H * W values is

@@ -19,6 +19,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 y = x * rsqrt(sum(x^2) + eps) per row (atrex30 l2_norm: fp32 math, eps inside the root, one

@@ -20,6 +20,11 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 5, hidden: 3000}, {rows: 9, hidden: 200}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 atrex30 l2_norm: y = x * rsqrt(sum(x^2) + eps) per row, fp32 math, rounded once to x's dtype,

@@ -25,6 +25,11 @@ returns:
   - {name: dx, shape: [M, N], dtype: x}
   - {name: dw, shape: [N], dtype: weight}
   - {name: db, shape: [N], dtype: weight}
+problem:
+  shapes: [{rows: 5, hidden: 300}, {rows: 9, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Backward of y = (x - mean) * rstd * w + b over the last dim: with xhat = (x - mean) * rstd and g =

@@ -21,6 +21,11 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, layer_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 13, hidden: 200}, {rows: 1, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b over the last dimension (biased variance, fp32

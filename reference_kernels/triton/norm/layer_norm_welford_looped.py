@@ -21,6 +21,9 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, layer_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b (biased variance, fp32 math, one rounding;

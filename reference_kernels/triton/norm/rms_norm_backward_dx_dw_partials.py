@@ -24,6 +24,11 @@ args:
 returns:
   - {name: dx, shape: [M, N], dtype: x}
   - {name: dw, shape: [N], dtype: weight}
+problem:
+  shapes: [{rows: 5, hidden: 300}, {rows: 9, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Backward of y = x * r * w with r = rsqrt(mean(x^2) + eps): with g = dy * w, dx = r * g - x * r^3 *

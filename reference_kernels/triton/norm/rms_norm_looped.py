@@ -20,6 +20,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: rms_norm/0, dtype: bf16, latency_us: 6.88, sol_fraction: 0.4047, date: '2026-12-03'}
 ---

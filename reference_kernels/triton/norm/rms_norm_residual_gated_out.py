@@ -23,6 +23,11 @@ args:
 returns:
   - {name: y, shape: [..., N], dtype: x}
   - {name: residual_out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 5, hidden: 300}, {rows: 1, hidden: 129}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Exactly: h = x + residual, rounded to x's dtype and returned as residual_out (the next layer's

@@ -20,6 +20,9 @@ args:
     {shape: [B], dtypes: [int32, int64], optional: true, aliases: [num_computed_tokens]}
 returns:
   - {name: positions, shape: ['?'], dtype: int64}
+problem:
+  shapes: [{seqlens: [5, 0, 300, 33]}, {seqlens: [1], context: true}]
+  dtypes: [int64, int32]
 measured: []
 ---
 Positions for RoPE and causal masks in a packed (varlen) batch: for every token t of sequence b,

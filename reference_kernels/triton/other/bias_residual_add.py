@@ -21,6 +21,11 @@ args:
   residual: {shape: [..., N], dtypes: [bf16, fp16, fp32]}
 returns:
   - {name: out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 7, hidden: 300}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The epilogue of a linear layer without a fused bias: out = x + bias + residual, bias broadcast over

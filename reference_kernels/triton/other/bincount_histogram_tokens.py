@@ -22,6 +22,9 @@ args:
   num_bins: {type: int, aliases: [num_experts, minlength, vocab_size]}
 returns:
   - {name: counts, shape: [num_bins], dtype: int32}
+problem:
+  shapes: [{tokens: 300, topk: 8, num_bins: 64}, {tokens: 5, topk: 1, num_bins: 3}]
+  dtypes: [int64, int32]
 measured: []
 ---
 counts[b] = number of entries of ids equal to b, for b in [0, num_bins) (torch.bincount with

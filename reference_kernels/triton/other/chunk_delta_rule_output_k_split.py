@@ -24,6 +24,11 @@ args:
   chunk_size: {type: int, default: 64, aliases: [chunk]}
 returns:
   - {name: out, shape: [B, T, HV, V], dtype: q}
+problem:
+  shapes: [{batch: 2, tokens: 21, q_heads: 1, v_heads: 2, key_dim: 32, value_dim: 24, chunk: 16}, {batch: 1, tokens: 9, q_heads: 1, v_heads: 1, key_dim: 16, value_dim: 16, chunk: 5}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The output stage of chunked gated delta-rule attention, o = K^-1/2 * ((q h_c) * exp(g)[:, None] +

@@ -27,6 +27,11 @@ returns:
   - {name: h, shape: [B, 'ceil(T / chunk_size)', HV, K, V], dtype: k}
   - {name: v_new, shape: [B, T, HV, V], dtype: k}
   - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 2, tokens: 21, k_heads: 1, v_heads: 2, key_dim: 32, value_dim: 24, chunk: 16}, {batch: 2, tokens: 9, k_heads: 1, v_heads: 1, key_dim: 16, value_dim: 16, chunk: 4, pad_slot: true}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The chunk-by-chunk state propagation of chunked gated delta-rule attention: each sequence starts

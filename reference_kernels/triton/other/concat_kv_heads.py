@@ -19,6 +19,9 @@ args:
   k_rope: {shape: [T, HR, DR], dtypes: [bf16, fp16, fp32], aliases: [k_pe]}
 returns:
   - {name: k, shape: [T, H, DN + DR], dtype: k_nope}
+problem:
+  shapes: [{tokens: 5, heads: 3, dn: 128, dr: 64}, {tokens: 20, heads: 2, dn: 48, dr: 16, rope_heads: 2}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Builds MLA's per-head key for prefill attention: k[t, h] = concat(k_nope[t, h], k_rope[t, hr]) where

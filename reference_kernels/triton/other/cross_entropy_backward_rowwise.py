@@ -22,6 +22,9 @@ args:
   reduction: {type: str, default: mean}
 returns:
   - {name: grad_logits, shape: [T, V], dtype: logits}
+problem:
+  shapes: [{rows: 5, vocab: 700, ignored: 2}]
+  dtypes: [fp32]
 measured: []
 ---
 d loss / d logits for loss = cross_entropy(logits, target, ignore_index, reduction) given the

@@ -21,6 +21,9 @@ args:
   x: {shape: [N], like: values, aliases: [vector, dense]}
 returns:
   - {name: y, shape: ['R - 1'], dtype: values}
+problem:
+  shapes: [{rows: 20, cols: 300, density: 0.3}]
+  dtypes: [fp32]
 measured: []
 ---
 y = A @ x for a CSR matrix A (M rows: crow_indices has M + 1 entries, row i owns the nonzeros

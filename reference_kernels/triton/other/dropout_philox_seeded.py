@@ -21,6 +21,9 @@ args:
   offset: {type: int, default: 0, aliases: [philox_offset]}
 returns:
   - {name: y, shape: [...], dtype: x}
+problem:
+  shapes: [{rows: 4, cols: 1000, p: 0.5}]
+  dtypes: [fp32]
 measured: []
 ---
 y[i] = x[i] / (1 - p) where u(seed, offset + i) >= p, else 0, over x flattened, with u Triton's

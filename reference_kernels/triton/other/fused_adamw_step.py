@@ -29,6 +29,9 @@ returns:
   - {name: params, alias: params}
   - {name: exp_avg, alias: exp_avg}
   - {name: exp_avg_sq, alias: exp_avg_sq}
+problem:
+  shapes: [{n: 3000, step: 1}, {n: 77}]
+  dtypes: [fp32]
 measured: []
 ---
 torch.optim.AdamW's update for one step (step >= 1 counts this update), fused: p *= 1 - lr * wd

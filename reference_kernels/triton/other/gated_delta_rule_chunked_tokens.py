@@ -28,6 +28,9 @@ args:
 returns:
   - {name: out, shape: [B, T, HV, V], dtype: q}
   - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 1, tokens: 2, q_heads: 1, v_heads: 1, head_dim: 8}, {batch: 2, tokens: 5, q_heads: 2, v_heads: 4, head_dim: 32}]
+  dtypes: [fp32]
 measured: []
 ---
 The token-sequential gated delta rule for short prefills (T of 2..a few hundred) and multi-token

@@ -29,6 +29,9 @@ args:
 returns:
   - {name: out, shape: [B, 1, HV, V], dtype: q}
   - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 2, q_heads: 2, v_heads: 4, head_dim: 32}, {batch: 1, q_heads: 1, v_heads: 1, head_dim: 20}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 One decode token (T = 1) of the gated delta rule (Gated DeltaNet linear attention) with its gating

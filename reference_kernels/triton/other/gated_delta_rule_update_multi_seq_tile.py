@@ -31,6 +31,11 @@ args:
 returns:
   - {name: out, shape: [B, T, HV, V], dtype: q}
   - {name: final_state, shape: [NS, HV, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 5, tokens: 2, q_heads: 1, v_heads: 2, key_dim: 32, value_dim: 24}, {batch: 2, tokens: 3, q_heads: 2, v_heads: 4, key_dim: 16, value_dim: 16, pad_slot: true}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured:
   - {device: NVIDIA H200, shape: gated_delta_rule_update/0, dtype: fp32, latency_us: 12.496, sol_fraction: 0.2356, date: '2026-12-03'}
 ---

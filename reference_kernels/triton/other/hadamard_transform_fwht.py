@@ -19,6 +19,9 @@ args:
   normalize: {type: bool, default: false, aliases: [orthonormal]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 5, n: 256}]
+  dtypes: [fp32]
 measured: []
 ---
 y = x @ H_N per row, H_N the Sylvester Hadamard matrix of order N (a power of two, 2..32768),

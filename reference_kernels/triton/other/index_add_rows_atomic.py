@@ -22,6 +22,9 @@ args:
   alpha: {type: float, default: 1.0, aliases: [scale]}
 returns:
   - {name: out, alias: out}
+problem:
+  shapes: [{rows: 8, src_rows: 40, cols: 100, alpha: 0.5}]
+  dtypes: [fp32]
 measured: []
 ---
 out[index[i], :] += alpha * src[i, :] for every i, in place on an fp32 out (torch's index_add_ along

@@ -20,6 +20,9 @@ args:
   index: {shape: [M], dtypes: [int32, int64], aliases: [indices, ids, idx]}
 returns:
   - {name: out, shape: [M, C], dtype: src}
+problem:
+  shapes: [{rows: 50, cols: 300, picks: 37}, {rows: 7, cols: 5, picks: 20}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 out[i, :] = src[index[i], :] (torch.index_select(src, 0, index)) for any element type: hidden

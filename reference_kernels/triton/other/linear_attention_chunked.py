@@ -22,6 +22,11 @@ args:
 returns:
   - {name: o, shape: [B, H, L, V], dtype: q}
   - {name: final_state, shape: [B, H, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 1, heads: 2, seqlen: 45, dk: 32, dv: 24}, {batch: 2, heads: 1, seqlen: 16, dk: 64, dv: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Causal linear attention without gating or normalisation: o_t = scale * sum_{s <= t} (q_t . k_s)

@@ -24,6 +24,9 @@ args:
   dA_cumsum: {shape: [Z, H, C, S], dtypes: [fp32], aliases: [dA_cs, da_cumsum]}
 returns:
   - {name: states, shape: [Z, C, H, P, N], dtype: fp32}
+problem:
+  shapes: [{batch: 1, seqlen: 40, heads: 2, groups: 1, headdim: 16, dstate: 16, chunk: 32}, {batch: 2, seqlen: 32, heads: 4, groups: 2, headdim: 20, dstate: 16, chunk: 16}]
+  dtypes: [fp32]
 measured: []
 ---
 The chunk-state stage of Mamba-2's SSD (state-space duality) scan: for every batch z, chunk c of S

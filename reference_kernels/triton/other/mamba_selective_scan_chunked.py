@@ -28,6 +28,11 @@ args:
 returns:
   - {name: out, shape: [B, D, L], dtype: u}
   - {name: last_state, shape: [B, D, N], dtype: fp32}
+problem:
+  shapes: [{batch: 2, dim: 20, dstate: 16, seqlen: 37}, {batch: 1, dim: 8, dstate: 4, seqlen: 5}]
+  dtypes: [fp32, bf16]
+  atol: 0.03
+  rtol: 0.02
 measured: []
 ---
 Mamba-1's selective scan over a whole prompt (selective_scan_fn, input-dependent A-bar, B, C):

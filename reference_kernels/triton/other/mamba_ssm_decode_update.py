@@ -27,6 +27,11 @@ args:
   dt_softplus: {type: bool, default: false, aliases: [delta_softplus]}
 returns:
   - {name: out, shape: [B, D], dtype: x}
+problem:
+  shapes: [{batch: 3, dim: 40, dstate: 16}, {batch: 1, dim: 7, dstate: 5}]
+  dtypes: [fp32, bf16]
+  atol: 0.03
+  rtol: 0.02
 measured: []
 ---
 One decode step of Mamba-1's selective SSM (selective_state_update): dt' = softplus(dt + dt_bias)

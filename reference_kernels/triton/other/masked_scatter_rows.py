@@ -22,6 +22,9 @@ args:
   valid: {shape: [M], dtypes: [bool], optional: true, aliases: [mask, keep]}
 returns:
   - {name: out, alias: out}
+problem:
+  shapes: [{rows: 60, cols: 300, picks: 40}, {rows: 9, cols: 3, picks: 9}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The inverse of a row gather, in place: for every i with valid[i] (all i when valid is None) and

@@ -24,6 +24,11 @@ args:
 returns:
   - {name: o, shape: [B, H, L, V], dtype: q}
   - {name: final_state, shape: [B, H, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 1, heads: 2, seqlen: 45, dk: 32, dv: 40}, {batch: 2, heads: 3, seqlen: 16, dk: 16, dv: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.06
+  rtol: 0.03
 measured: []
 ---
 Retention (RetNet's multi-scale retention without its group norm): o_t = scale * sum_{s <= t}

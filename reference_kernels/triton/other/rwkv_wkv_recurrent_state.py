@@ -23,6 +23,9 @@ args:
 returns:
   - {name: y, shape: [B, T, C], dtype: k}
   - {name: state_out, shape: [B, 3, C], dtype: fp32}
+problem:
+  shapes: [{batch: 2, tokens: 7, channels: 40}]
+  dtypes: [fp32]
 measured: []
 ---
 The WKV "attention" of RWKV-4, a linear recurrence per channel: with decay w[c] < 0 (w =

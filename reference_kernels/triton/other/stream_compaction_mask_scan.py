@@ -21,6 +21,9 @@ args:
 returns:
   - {name: out, shape: ['?', C], dtype: x}
   - {name: indices, shape: ['?'], dtype: int64}
+problem:
+  shapes: [{rows: 300, cols: 3}]
+  dtypes: [fp32]
 measured: []
 ---
 out = x[mask] and indices = mask.nonzero() (the rows whose flag is set, in their original order),

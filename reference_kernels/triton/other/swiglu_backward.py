@@ -20,6 +20,9 @@ args:
   grad_output: {shape: [..., D], like: x, aliases: [dy, grad, grad_out]}
 returns:
   - {name: grad_x, shape: [..., 2*D], dtype: x}
+problem:
+  shapes: [{rows: 7, d: 300}]
+  dtypes: [fp32]
 measured: []
 ---
 The backward of silu_and_mul (out = silu(g) * u with x = [g | u], gate first): given x (..., 2D)

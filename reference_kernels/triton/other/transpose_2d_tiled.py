@@ -19,6 +19,9 @@ args:
   x: {shape: [M, N], dtypes: [bf16, fp16, fp32, int32, int8], aliases: [input]}
 returns:
   - {name: y, shape: [N, M], dtype: x}
+problem:
+  shapes: [{rows: 70, cols: 33}, {rows: 1, cols: 130}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 y = x.T materialised contiguously. A naive element-wise transpose reads rows and writes columns, so

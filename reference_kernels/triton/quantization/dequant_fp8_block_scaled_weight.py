@@ -22,6 +22,9 @@ args:
   out_dtype: {type: str, default: bf16}
 returns:
   - {name: w, shape: [N, K], dtype: bf16}
+problem:
+  shapes: [{n: 140, k: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The inverse of 128 x 128 block FP8 weight quantisation (DeepSeek-V3 checkpoints store q and a

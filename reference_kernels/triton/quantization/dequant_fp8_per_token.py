@@ -21,6 +21,9 @@ args:
   out_dtype: {type: str, default: bf16}
 returns:
   - {name: out, shape: [T, N], dtype: bf16}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 9, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The inverse of dynamic per-token FP8 quantisation: out[t, n] = float(q[t, n]) * scale[t], computed

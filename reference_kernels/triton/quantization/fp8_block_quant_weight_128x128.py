@@ -19,6 +19,9 @@ args:
 returns:
   - {name: q, shape: [N, K], dtype: fp8_e4m3fn}
   - {name: scale, shape: ['ceil(N / 128)', 'ceil(K / 128)'], dtype: fp32}
+problem:
+  shapes: [{n: 150, k: 140}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 DeepSeek-V3-style weight quantisation for block-scaled FP8 GEMMs: the (N, K) weight is cut into 128

@@ -20,6 +20,9 @@ args:
 returns:
   - {name: q, shape: [...], dtype: fp8_e5m2}
   - {name: x_hat, shape: [...], dtype: x}
+problem:
+  shapes: [{size: [3, 1000]}, {size: [17]}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Casts x to float8_e5m2 with a given per-tensor scale: q = fp8_e5m2(clamp(x / scale, -57344, 57344)),

@@ -23,6 +23,9 @@ returns:
   - {name: qweight, shape: [K, N / 8], dtype: int32}
   - {name: qzeros, shape: [K / group_size, N / 8], dtype: int32}
   - {name: scales, shape: [K / group_size, N], dtype: w}
+problem:
+  shapes: [{k: 64, n: 48, group_size: 32}, {k: 128, n: 16, group_size: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 AWQ-style 4-bit weight quantisation of a (K, N) = (in, out) weight with one scale and one zero point

@@ -23,6 +23,9 @@ args:
   group_size: {type: int, default: 128, aliases: [group, q_group_size]}
 returns:
   - {name: w, shape: [K, 8*W], dtype: scales}
+problem:
+  shapes: [{k: 64, n: 48, group_size: 32}, {k: 40, n: 16, group_size: 8}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The inverse of int4_awq_pack: w[k, n] = (q[k, n] - z[k // G, n]) * s[k // G, n], with q and z held

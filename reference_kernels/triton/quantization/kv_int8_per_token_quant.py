@@ -23,6 +23,9 @@ returns:
   - {name: value_q, shape: [T, H, D], dtype: int8}
   - {name: key_scale, shape: [T, H], dtype: fp32}
   - {name: value_scale, shape: [T, H], dtype: fp32}
+problem:
+  shapes: [{tokens: 3, heads: 5, head_dim: 128}, {tokens: 1, heads: 8, head_dim: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Quantises the K and V rows of new tokens before they go into an int8 KV cache: every (token, head)

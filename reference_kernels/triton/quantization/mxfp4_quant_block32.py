@@ -21,6 +21,9 @@ args:
 returns:
   - {name: packed, shape: [M, 16*G], dtype: uint8}
   - {name: scales_e8m0, shape: [M, G], dtype: uint8}
+problem:
+  shapes: [{rows: 5, hidden: 224}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 OCP Microscaling MXFP4: every block of 32 consecutive values of a row shares one E8M0 scale 2^e with

@@ -20,6 +20,9 @@ args:
 returns:
   - {name: q, shape: [M, 32*G], dtype: fp8_e4m3fn}
   - {name: scales_e8m0, shape: [M, G], dtype: uint8}
+problem:
+  shapes: [{rows: 3, hidden: 320}, {rows: 9, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 OCP Microscaling MXFP8 (E4M3) quantisation along rows: every block of 32 consecutive values shares

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: codes, shape: [M, 8*G], dtype: uint8}
   - {name: scales, shape: [M, G], dtype: fp32}
+problem:
+  shapes: [{rows: 3, hidden: 512}, {rows: 2, hidden: 48, global_scale: 100.0}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 NVFP4-style block quantisation (the format of Blackwell's FP4 tensor cores): every 16 consecutive

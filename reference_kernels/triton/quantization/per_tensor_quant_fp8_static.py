@@ -20,6 +20,9 @@ args:
   scale: {shape: ["?"], dtypes: [fp32], aliases: [x_scale, input_scale, act_scale]}
 returns:
   - {name: q, shape: [..., N], dtype: fp8_e4m3fn}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 2, hidden: 33}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Static activation quantisation for FP8 checkpoints: the scale was calibrated offline and arrives as

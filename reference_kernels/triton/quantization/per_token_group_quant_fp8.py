@@ -21,6 +21,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scales, shape: [T, ceil(N / group_size)], dtype: fp32}
+problem:
+  shapes: [{rows: 33, hidden: 256, group_size: 128}, {rows: 1, hidden: 384, group_size: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Fine-grained (DeepSeek-V3 style, 1 x 128) activation quantisation for block-scaled FP8 GEMMs: every

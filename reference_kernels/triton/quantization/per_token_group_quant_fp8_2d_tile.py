@@ -22,6 +22,9 @@ args:
 returns:
   - {name: quantized, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scales, shape: [T, ceil(N / group_size)], dtype: fp32}
+problem:
+  shapes: [{rows: 7, hidden: 320, group_size: 64}, {rows: 3, hidden: 200, group_size: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30 per_token_group_quant_fp8: per (token, group of G columns), in fp32, scale = max(absmax /

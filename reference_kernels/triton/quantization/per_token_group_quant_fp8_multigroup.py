@@ -20,6 +20,9 @@ args:
 returns:
   - {name: quantized, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scales, shape: [T, ceil(N / group_size)], dtype: fp32}
+problem:
+  shapes: [{tokens: 7, hidden: 320, group_size: 64}, {tokens: 3, hidden: 200, group_size: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Fine-grained (1 x G) FP8 activation quantisation with the semantics of atrex30's

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scales, shape: [T, ceil(N / group_size)], dtype: fp32}
+problem:
+  shapes: [{rows: 3, hidden: 256, group_size: 128}, {rows: 5, hidden: 96, group_size: 32}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 DeepSeek-V3 / DeepGEMM-on-Blackwell style activation quantisation: every group of G consecutive

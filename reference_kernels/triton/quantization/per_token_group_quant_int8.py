@@ -20,6 +20,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: int8}
   - {name: scales, shape: [T, N / group_size], dtype: fp32}
+problem:
+  shapes: [{tokens: 3, hidden: 512, group_size: 64}, {tokens: 9, hidden: 128, group_size: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Fine-grained symmetric int8 activation quantisation (the int8 counterpart of DeepSeek-style 1 x 128

@@ -19,6 +19,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T, 1], dtype: fp32}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Activation quantisation for FP8 GEMMs: each row (token) gets scale = max(absmax(row) / 448, 1e-10)

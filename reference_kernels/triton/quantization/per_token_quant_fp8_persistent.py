@@ -20,6 +20,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T], dtype: fp32}
+problem:
+  shapes: [{rows: 9, hidden: 300}, {rows: 2, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30 fp8_dynamic_per_token_quant: per row, in fp32, scale = max(absmax, 1e-12) / 448 and q =

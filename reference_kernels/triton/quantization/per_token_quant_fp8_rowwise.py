@@ -18,6 +18,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T, 1], dtype: fp32}
+problem:
+  shapes: [{rows: 5, hidden: 1000}, {rows: 1, hidden: 129}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Activation quantisation for FP8 GEMMs with the same numerics as per_token_quant_fp8: each row

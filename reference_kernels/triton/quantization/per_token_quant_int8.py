@@ -19,6 +19,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: int8}
   - {name: scale, shape: [T, 1], dtype: fp32}
+problem:
+  shapes: [{tokens: 3, hidden: 512}, {tokens: 9, hidden: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Dynamic symmetric int8 activation quantisation for W8A8 int8 GEMMs (SmoothQuant-style serving): each

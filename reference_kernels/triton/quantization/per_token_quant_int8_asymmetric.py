@@ -21,6 +21,9 @@ returns:
   - {name: q, shape: [M, N], dtype: int8}
   - {name: scale, shape: [M, 1], dtype: fp32}
   - {name: azp, shape: [M, 1], dtype: int32}
+problem:
+  shapes: [{rows: 6, hidden: 200}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Dynamic per-token asymmetric int8 quantisation (the azp variant of vLLM's scaled_int8_quant, used by

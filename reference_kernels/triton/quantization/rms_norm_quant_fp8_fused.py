@@ -22,6 +22,9 @@ returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T, 1], dtype: fp32}
   - {name: residual_out, shape: [T, N], dtype: x, requires: residual}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 33, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The pre-GEMM step of an FP8 transformer layer in one kernel: h = x + residual (rounded to the

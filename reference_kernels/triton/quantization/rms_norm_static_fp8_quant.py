@@ -21,6 +21,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, rms_norm_eps]}
 returns:
   - {name: q, shape: [..., N], dtype: fp8_e4m3fn}
+problem:
+  shapes: [{rows: 3, hidden: 1000}, {rows: 17, hidden: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 vLLM-style rms_norm_static_fp8_quant: q = clamp(x * rsqrt(mean(x^2) + eps) * w / scale, -448, 448)

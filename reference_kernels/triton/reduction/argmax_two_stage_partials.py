@@ -20,6 +20,9 @@ args:
   x: {shape: [M, N], dtypes: [bf16, fp16, fp32], aliases: [input, logits, scores]}
 returns:
   - {name: indices, shape: [M], dtype: int64}
+problem:
+  shapes: [{rows: 3, cols: 1000}, {rows: 2, cols: 3000, levels: 1}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 indices[m] = argmax over n of x[m, n], ties going to the lowest index (torch.argmax). Stage 1 runs

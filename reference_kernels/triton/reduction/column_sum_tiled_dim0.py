@@ -19,6 +19,9 @@ args:
   x: {shape: [M, N], dtypes: [bf16, fp16, fp32], aliases: [input, grad_output]}
 returns:
   - {name: y, shape: [N], dtype: x}
+problem:
+  shapes: [{rows: 70, cols: 50}, {rows: 1, cols: 300}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 y[n] = sum over m of x[m, n] (torch.sum(x, dim=0) with fp32 accumulation), e.g. a bias gradient

@@ -20,6 +20,9 @@ args:
   x: {shape: ['...'], dtypes: [bf16, fp16, fp32], layout: any, aliases: [input, grad, grads]}
 returns:
   - {name: norm, shape: [], dtype: fp32}
+problem:
+  shapes: [{size: [3, 1000]}, {size: [37]}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 norm = sqrt(sum x^2) over every element in fp32, the total-norm step of gradient clipping, without

@@ -19,6 +19,9 @@ args:
   x: {shape: [M, N], dtypes: [bf16, fp16, fp32], aliases: [input, logits, scores]}
 returns:
   - {name: lse, shape: [M], dtype: x}
+problem:
+  shapes: [{rows: 3, cols: 1000}, {rows: 4, cols: 33, scale: 30.0}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 lse[m] = log(sum over n of exp(x[m, n])) (torch.logsumexp(x, dim=-1)) reading each row once. One

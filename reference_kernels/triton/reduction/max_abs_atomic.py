@@ -19,6 +19,9 @@ args:
   x: {shape: ['...'], dtypes: [bf16, fp16, fp32], layout: any, aliases: [input, tensor]}
 returns:
   - {name: amax, shape: [], dtype: fp32}
+problem:
+  shapes: [{size: [3, 1000]}, {size: [17]}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 amax = max |x| over the whole tensor in fp32 (the scale input of per-tensor fp8 quantisation), in

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: var, shape: [M], dtype: x}
   - {name: mean, shape: [M], dtype: x}
+problem:
+  shapes: [{rows: 5, cols: 300, offset: 100.0}, {rows: 3, cols: 2, correction: 0}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 (var, mean) of every row, as torch.var_mean(x, dim=-1, correction=correction), in one pass over

@@ -19,6 +19,9 @@ args:
   x: {shape: [M, N], dtypes: [bf16, fp16, fp32], aliases: [input, values]}
 returns:
   - {name: y, shape: [M], dtype: x}
+problem:
+  shapes: [{rows: 3, cols: 1000}, {rows: 5, cols: 7}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 y[m] = sum over n of x[m, n] (torch.sum(x, dim=-1) with fp32 accumulation) for few, long rows. The

@@ -19,6 +19,11 @@ args:
   x: {shape: ['...'], dtypes: [bf16, fp16, fp32], layout: any, aliases: [input]}
 returns:
   - {name: total, shape: [], dtype: x}
+problem:
+  shapes: [{size: [3, 1000]}, {size: [17]}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 sum(x) over every element, as torch.sum(x) with fp32 accumulation, and bit-for-bit repeatable

@@ -26,6 +26,11 @@ returns:
   - {name: q, shape: [T, num_heads, head_dim], dtype: qkv}
   - {name: k, shape: [T, num_kv_heads, head_dim], dtype: qkv}
   - {name: v, shape: [T, num_kv_heads, head_dim], dtype: qkv}
+problem:
+  shapes: [{tokens: 5, heads: 6, kv_heads: 2, head_dim: 64}, {tokens: 3, heads: 3, kv_heads: 1, head_dim: 32, rope_dim: 16}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Takes the (T, (H + 2 * Hkv) * D) output of a fused QKV projection and writes q (T, H, D), k and v

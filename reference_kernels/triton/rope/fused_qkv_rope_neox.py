@@ -25,6 +25,9 @@ returns:
   - {name: q, shape: [T, num_heads, head_dim], dtype: qkv}
   - {name: k, shape: [T, num_kv_heads, head_dim], dtype: qkv}
   - {name: v, shape: [T, num_kv_heads, head_dim], dtype: qkv}
+problem:
+  shapes: [{tokens: 1, heads: 4, kv_heads: 2, head_dim: 128}, {tokens: 33, heads: 3, kv_heads: 1, head_dim: 32, pos_int64: true}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Takes the (T, (H + 2 * Hkv) * D) output of the fused QKV projection and writes q (T, H, D), k and v

@@ -27,6 +27,9 @@ returns:
   - {name: q, shape: [T, num_heads, head_dim], dtype: qkv}
   - {name: k, shape: [T, num_kv_heads, head_dim], dtype: qkv}
   - {name: v, shape: [T, num_kv_heads, head_dim], dtype: qkv}
+problem:
+  shapes: [{tokens: 1, heads: 4, kv_heads: 2, head_dim: 64}, {tokens: 19, heads: 3, kv_heads: 1, head_dim: 40, rope_dim: 24, bias: true}]
+  dtypes: [fp32, bf16]
 measured:
   - {device: NVIDIA H200, shape: fused_qkv_rope/0, dtype: bf16, latency_us: 5.824, sol_fraction: 0.489, date: '2026-12-03'}
 ---

@@ -27,6 +27,11 @@ dims:
   D: [head_size, head_dim]
   HQ: [num_query_heads, num_heads, num_q_heads]
   HK: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 7, q_heads: 4, kv_heads: 1, head_size: 64, rotary_dim: 64}, {tokens: 5, q_heads: 3, kv_heads: 3, head_size: 80, rotary_dim: 64, sections: [16, 8, 8]}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Multimodal rotary embedding of Qwen2-VL style models (atrex30's mrope, neox style, sections not

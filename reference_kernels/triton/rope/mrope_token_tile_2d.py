@@ -27,6 +27,9 @@ args:
 returns:
   - {name: q, shape: [T, CQ], dtype: q}
   - {name: k, shape: [T, CK], dtype: q}
+problem:
+  shapes: [{tokens: 1, q_heads: 4, kv_heads: 1, head_size: 64, rotary_dim: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30's mrope (Qwen2-VL multimodal RoPE, neox style, non-interleaved t/h/w sections) on the

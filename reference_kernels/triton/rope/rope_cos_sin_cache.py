@@ -26,6 +26,9 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 1, heads: 4, kv_heads: 2, head_dim: 128}, {tokens: 9, heads: 3, kv_heads: 1, head_dim: 80, rot_dim: 32}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Rotary embedding for separate q (T, H, D) and k (T, Hkv, D) given a precomputed cos_sin_cache

@@ -28,6 +28,11 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 5, heads: 4, kv_heads: 2, head_dim: 64}, {tokens: 3, heads: 5, kv_heads: 1, head_dim: 80, rot_dim: 32}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Rotary embedding for separate q (T, H, D) and k (T, Hkv, D) with a precomputed cos_sin_cache

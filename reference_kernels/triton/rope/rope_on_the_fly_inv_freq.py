@@ -27,6 +27,9 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 3, heads: 4, kv_heads: 2, head_dim: 64}, {tokens: 2, heads: 3, kv_heads: 1, head_dim: 128, rot_dim: 96}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Neox-style rotary embedding without a cos/sin cache: the model passes inv_freq (R = rot_dim / 2

@@ -28,6 +28,11 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 5, heads: 4, kv_heads: 2, head_dim: 64, rotary_dim: 16}, {tokens: 3, heads: 2, kv_heads: 1, head_dim: 80, rotary_dim: 80}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Partial-rotary neox RoPE (GPT-NeoX / Phi / StableLM / GLM apply it to only part of each head): for

@@ -26,6 +26,9 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 3, heads: 6, kv_heads: 2, head_dim: 64}, {tokens: 2, heads: 4, kv_heads: 4, head_dim: 48, rot_dim: 24}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 vLLM-style rotary_embedding(positions, query, key, cos_sin_cache), neox layout, in place: for token

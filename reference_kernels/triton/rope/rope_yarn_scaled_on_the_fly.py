@@ -32,6 +32,11 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 4, heads: 3, kv_heads: 2, head_dim: 64}, {tokens: 2, heads: 1, kv_heads: 1, head_dim: 128}]
+  dtypes: [fp32, bf16]
+  atol: 0.03
+  rtol: 0.03
 measured: []
 ---
 YaRN RoPE (Peng et al. 2023, "YaRN: Efficient Context Window Extension"; the scheme of

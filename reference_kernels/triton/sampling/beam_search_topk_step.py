@@ -21,6 +21,9 @@ returns:
   - {name: values, shape: [NB, 2*K], dtype: fp32}
   - {name: beam_indices, shape: [NB, 2*K], dtype: int64}
   - {name: token_indices, shape: [NB, 2*K], dtype: int64}
+problem:
+  shapes: [{batch: 2, beams: 2, vocab: 300}, {batch: 3, beams: 1, vocab: 2}]
+  dtypes: [fp32]
 measured: []
 ---
 One beam-search expansion: for each batch entry, score[k, v] = beam_scores[k] + logprobs[k, v]

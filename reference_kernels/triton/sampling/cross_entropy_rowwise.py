@@ -21,6 +21,9 @@ args:
   ignore_index: {type: int, default: -100}
 returns:
   - {name: loss, shape: [T], dtype: fp32}
+problem:
+  shapes: [{rows: 4, vocab: 1000}, {rows: 9, vocab: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Unreduced cross entropy: loss[t] = logsumexp(logits[t]) - logits[t, labels[t]], and 0 where

@@ -19,6 +19,9 @@ args:
   token_ids: {shape: [T, K], dtypes: [int32, int64], aliases: [ids, indices]}
 returns:
   - {name: logprobs, shape: [T, K], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 1000, k: 5}, {rows: 9, vocab: 64, k: 1}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The log-probabilities of K chosen tokens per row (the sampled token plus top candidates, or the

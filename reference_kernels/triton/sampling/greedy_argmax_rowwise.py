@@ -18,6 +18,9 @@ args:
   logits: {shape: [T, V], dtypes: [bf16, fp16, fp32], aliases: [x, scores]}
 returns:
   - {name: next_tokens, shape: [T], dtype: int64}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 9, vocab: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Greedy sampling: the index of the largest logit of every row, ties going to the lowest index (as

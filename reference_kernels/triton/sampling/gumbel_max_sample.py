@@ -20,6 +20,9 @@ args:
   temperature: {type: float, default: 1.0, aliases: [temp, t]}
 returns:
   - {name: next_tokens, shape: [T], dtype: int64}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 9, vocab: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Samples one token per row from softmax(logits / temperature) without a softmax: with u uniform in

@@ -19,6 +19,9 @@ args:
   u: {shape: [T], dtypes: [fp32], aliases: [uniform, uniform_samples, coins]}
 returns:
   - {name: ids, shape: [T], dtype: int64}
+problem:
+  shapes: [{rows: 16, vocab: 100}]
+  dtypes: [fp32]
 measured: []
 ---
 Sampling one token id per row from (possibly unnormalised) probabilities, given the row's uniform

@@ -21,6 +21,9 @@ args:
   vocab_mask: {shape: [V], dtypes: [bool], optional: true, aliases: [allowed_mask, token_mask]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 2, vocab: 77, softcap: 0.0, masked: false}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The per-step logit pre-processing of a sampler, fused: y = softcap * tanh(x / softcap) (Gemma-2/3

@@ -19,6 +19,9 @@ args:
   min_p: {type: float, default: 0.05, aliases: [minp, p]}
 returns:
   - {name: out, shape: [T, V], dtype: probs}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 9, vocab: 64, min_p: 0.3}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Min-p sampling filter: a probability is kept when p >= min_p * max(p) of its row, the rest become 0

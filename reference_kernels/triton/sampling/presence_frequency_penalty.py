@@ -22,6 +22,9 @@ args:
   frequency_penalty: {shape: [T], dtypes: [float], aliases: [frequency_penalties]}
 returns:
   - {name: out, shape: [T, V], dtype: logits}
+problem:
+  shapes: [{rows: 5, vocab: 300}]
+  dtypes: [fp32]
 measured: []
 ---
 The OpenAI API's sampling penalties (as vLLM applies them): out[t, v] = logits[t, v] -

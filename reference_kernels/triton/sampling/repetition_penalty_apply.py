@@ -22,6 +22,9 @@ args:
   penalties: {shape: [B], dtypes: [fp32], aliases: [repetition_penalties, penalty]}
 returns:
   - {name: out, shape: [B, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 1000, history: 300}, {rows: 2, vocab: 50, history: 7}]
+  dtypes: [fp32]
 measured: []
 ---
 The CTRL / Hugging Face repetition penalty: for every token id that occurs in row b's history

@@ -25,6 +25,9 @@ args:
 returns:
   - {name: output_token_ids, shape: [B, K + 1], dtype: int64}
   - {name: num_accepted, shape: [B], dtype: int32}
+problem:
+  shapes: [{batch: 6, k: 4, vocab: 300}, {batch: 3, k: 1, vocab: 64}]
+  dtypes: [fp32]
 measured: []
 ---
 The acceptance step of speculative decoding with K draft tokens per sequence. Draft token k is

@@ -21,6 +21,9 @@ args:
   top_p: {type: float, default: 1.0, aliases: [topp, p]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 300, top_k: 50, top_p: 0.8}, {rows: 2, vocab: 129, top_k: 200, top_p: 0.5}]
+  dtypes: [fp32]
 measured:
   - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 965.04, sol_fraction: 0.0031, date: '2026-12-03'}
 ---

@@ -19,6 +19,9 @@ args:
   top_p: {type: float, default: 0.9, aliases: [p, topp]}
 returns:
   - {name: out, shape: [T, V], dtype: sorted_probs}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 9, vocab: 64, top_p: 0.5}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Nucleus filtering of probabilities that the caller already sorted in descending order along each

@@ -22,6 +22,9 @@ args:
   top_p: {type: float, default: 0.9, aliases: [p, topp]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 100, top_p: 0.9}, {rows: 2, vocab: 37, top_p: 0.3}]
+  dtypes: []
 measured: []
 ---
 Nucleus filtering of sampling logits without a sort: with p = softmax(row), entry x is kept iff the

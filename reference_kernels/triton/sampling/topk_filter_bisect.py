@@ -19,6 +19,9 @@ args:
   top_k: {type: int, default: 50, aliases: [topk, k]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 100, top_k: 50}, {rows: 9, vocab: 64, top_k: 1}]
+  dtypes: [fp32]
 measured:
   - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 964.896, sol_fraction: 0.0031, date: '2026-12-03'}
 ---

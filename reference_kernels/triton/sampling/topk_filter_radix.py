@@ -20,6 +20,9 @@ args:
   top_k: {type: int, default: 50, aliases: [k, topk]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 1001, top_k: 50}, {rows: 2, vocab: 700, top_k: 7, ties: true}]
+  dtypes: [fp32]
 measured:
   - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 365.92, sol_fraction: 0.0079, date: '2026-12-03'}
 ---

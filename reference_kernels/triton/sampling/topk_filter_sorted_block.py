@@ -19,6 +19,9 @@ args:
   top_k: {type: int, default: 50, aliases: [topk, k]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 100, top_k: 50}, {rows: 9, vocab: 64, top_k: 1}]
+  dtypes: [fp32]
 measured: []
 ---
 Top-k filtering of sampling logits (entries >= the k-th largest value of the row are kept, the rest

@@ -22,6 +22,9 @@ args:
 returns:
   - {name: values, shape: [T, k], dtype: fp32}
   - {name: ids, shape: [T, k], dtype: int64}
+problem:
+  shapes: [{rows: 3, vocab: 1000, k: 17}, {rows: 2, vocab: 300, k: 300}]
+  dtypes: []
 measured: []
 ---
 Top-k selection (values and ids, like torch.topk with sorted=False) without sorting: each fp32 is

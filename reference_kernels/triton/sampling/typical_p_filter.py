@@ -21,6 +21,9 @@ args:
   typical_p: {type: float, default: 0.95, aliases: [mass, typical_mass]}
 returns:
   - {name: out, shape: [T, V], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 100, typical_p: 0.9}, {rows: 2, vocab: 41, typical_p: 0.2}]
+  dtypes: []
 measured: []
 ---
 Locally typical sampling (Meister et al. 2022; the TypicalLogitsWarper rule): with p =

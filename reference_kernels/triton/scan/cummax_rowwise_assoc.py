@@ -19,6 +19,9 @@ args:
 returns:
   - {name: values, shape: [M, N], dtype: x}
   - {name: indices, shape: [M, N], dtype: int64}
+problem:
+  shapes: [{rows: 3, cols: 300, levels: 2}, {rows: 2, cols: 5}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 values[m, i] = max(x[m, :i+1]) and indices[m, i] = where it occurred, exactly as torch.cummax(x,

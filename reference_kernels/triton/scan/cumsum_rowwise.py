@@ -18,6 +18,11 @@ args:
   x: {shape: [..., N], dtypes: [bf16, fp16, fp32, int32, int64], aliases: [input, values]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, cols: 1000}, {rows: 9, cols: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 y[..., i] = x[..., 0] + ... + x[..., i] along the last dimension (torch.cumsum(x, -1)). One program

@@ -20,6 +20,9 @@ args:
   x: {shape: [N], dtypes: [bf16, fp16, fp32, int32, int64], aliases: [input, values]}
 returns:
   - {name: y, shape: [N], dtype: x}
+problem:
+  shapes: [{size: 5000}, {size: 7}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 y[i] = x[0] + ... + x[i] for one long vector (torch.cumsum(x, 0)), spread over the whole GPU. A

@@ -20,6 +20,9 @@ args:
 returns:
   - {name: offsets, shape: ['B + 1'], dtype: int32}
   - {name: total, shape: [], dtype: int32}
+problem:
+  shapes: [{size: 3000}, {size: 1}]
+  dtypes: [int32]
 measured: []
 ---
 offsets[0] = 0 and offsets[b + 1] = counts[0] + ... + counts[b] (int32, exact), i.e. cu_seqlens

@@ -20,6 +20,11 @@ args:
   cu_seqlens: {shape: [B1], dtypes: [int32, int64], aliases: [cu_seqlens_q, offsets]}
 returns:
   - {name: y, shape: [L, H], dtype: x}
+problem:
+  shapes: [{seqlens: [5, 0, 70, 33], heads: 3}, {seqlens: [100, 1], heads: 0}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 For packed variable-length sequences (segment b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of

@@ -18,6 +18,9 @@ args:
   x: {shape: [..., N], dtypes: [fp32, fp16, bf16], aliases: [logits, input]}
 returns:
   - {name: logprobs, shape: [..., N], dtype: fp32}
+problem:
+  shapes: [{rows: 3, vocab: 1000}, {rows: 9, vocab: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Log-softmax over the last dimension, as a sampler computes logprobs of the whole vocabulary: y = x -

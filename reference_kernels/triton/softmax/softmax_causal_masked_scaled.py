@@ -19,6 +19,11 @@ args:
   offset: {type: int, default: 0, aliases: [causal_offset, diagonal]}
 returns:
   - {name: probs, shape: [..., Q, K], dtype: scores}
+problem:
+  shapes: [{batch: 1, heads: 2, q: 5, k: 9}, {batch: 2, heads: 1, q: 6, k: 6, offset: -2, scale: -0.5}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 The unfused-attention probability step: probs = softmax(scale * scores) over the key axis with the

@@ -19,6 +19,11 @@ args:
   x: {shape: [M, N], dtypes: [fp32, fp16, bf16], layout: any, aliases: [input, logits]}
 returns:
   - {name: y, shape: [M, N], dtype: x}
+problem:
+  shapes: [{rows: 70, cols: 50}, {rows: 5, cols: 3}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 softmax(x, dim=0) of a 2-D tensor, the reduction running down each column (e.g. normalising over

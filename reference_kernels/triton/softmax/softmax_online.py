@@ -18,6 +18,9 @@ args:
   x: {shape: [..., N], dtypes: [fp32, fp16, bf16], aliases: [logits, input]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, cols: 1000}, {rows: 33, cols: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Softmax over the last dimension for rows of any width (vocabulary-sized logits): one program per

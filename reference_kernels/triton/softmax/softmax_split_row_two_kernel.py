@@ -18,6 +18,11 @@ args:
   x: {shape: [M, N], dtypes: [fp32, fp16, bf16], aliases: [logits, input]}
 returns:
   - {name: y, shape: [M, N], dtype: x}
+problem:
+  shapes: [{rows: 2, vocab: 1000}, {rows: 3, vocab: 64}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Softmax of a few very long rows (a decode batch of 1-8 rows over a 128K-256K vocabulary), where one

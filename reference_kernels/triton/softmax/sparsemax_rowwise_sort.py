@@ -17,6 +17,11 @@ args:
   x: {shape: [..., N], dtypes: [fp32, fp16, bf16], aliases: [logits, input, z]}
 returns:
   - {name: p, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 3, cols: 50}, {rows: 2, cols: 7}]
+  dtypes: [fp32, bf16]
+  atol: 0.02
+  rtol: 0.02
 measured: []
 ---
 Sparsemax (Martins and Astudillo, 2016): the Euclidean projection of a row z onto the probability

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: values, shape: [T, N], dtype: x}
   - {name: indices, shape: [T, N], dtype: int64}
+problem:
+  shapes: [{rows: 3, cols: 100}, {rows: 5, cols: 33, descending: true}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Sorts every row of x (N <= 1024) and returns the sorted values and their original column indices,

@@ -21,6 +21,9 @@ args:
 returns:
   - {name: values, shape: [T, N], dtype: x}
   - {name: indices, shape: [T, N], dtype: int64}
+problem:
+  shapes: [{rows: 3, cols: 100}, {rows: 2, cols: 50, descending: true}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 torch.sort(x, dim=-1, stable=True, descending=descending) without a sorting network: the final

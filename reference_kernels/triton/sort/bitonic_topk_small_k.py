@@ -21,6 +21,9 @@ args:
 returns:
   - {name: values, shape: [T, k], dtype: x}
   - {name: indices, shape: [T, k], dtype: int64}
+problem:
+  shapes: [{rows: 3, cols: 200, k: 8}, {rows: 2, cols: 50, k: 50}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The k largest entries of every row, largest first, with their columns (torch.topk(sorted=True); for

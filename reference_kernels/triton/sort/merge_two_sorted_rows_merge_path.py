@@ -20,6 +20,9 @@ args:
 returns:
   - {name: values, shape: [R, 'NA + NB'], dtype: a}
   - {name: indices, shape: [R, 'NA + NB'], dtype: int64}
+problem:
+  shapes: [{rows: 3, na: 100, nb: 57}, {rows: 2, na: 40, nb: 0}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Merges row r of a (ascending) with row r of b (ascending) into values (R, NA + NB), stable with a
