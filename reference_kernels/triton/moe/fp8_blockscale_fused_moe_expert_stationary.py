@@ -26,6 +26,9 @@ args:
   fc1_scale: {shape: [E, ceil(2 * I / 128), ceil(H / 128)], dtypes: [fp32], aliases: [w1_scale]}
   fc2_scale: {shape: [E, ceil(H / 128), ceil(I / 128)], dtypes: [fp32], aliases: [w2_scale]}
 returns: [{name: out, shape: [T, H], dtype: bf16}]
+problem:
+  shapes: [{tokens: 3, hidden: 200, inter: 96, experts: 5, top_k: 3}]
+  dtypes: []
 measured:
   - {device: NVIDIA H200, shape: fp8_blockscale_fused_moe/0, dtype: fp8_e4m3fn, latency_us: 376800.5524, sol_fraction: 0.0043, date: '2026-12-03'}
 ---
