@@ -34,6 +34,8 @@ bit. Bytes per entry: two reads (the second mostly from L2 for rows up to a few 
 row is 600 KB) and one write, e.g. 6 B in bf16. Limits: one program per row; a row that fits in one
 chunk still reloads it (cheap, from L1/L2); NaNs are not handled; min_p > 1 drops every entry that
 is not the maximum and is rejected.
+Not atrex30's topk_filter: that operator keeps each row's k largest logits (a rank
+cut on logits, the rest -inf), while this is a min-p cut on probabilities (the rest 0).
 """
 
 import torch

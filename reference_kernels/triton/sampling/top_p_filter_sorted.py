@@ -35,6 +35,9 @@ zeros, so a peaked distribution reads a few chunks and writes the row. Bytes: at
 one write per entry (2 + 2 B in bf16). Limits: the input must be sorted (not checked); the fp32
 running sum can differ from another summation order by a few ulps, which moves the cut only when a
 prefix lies within that distance of top_p; one program per row.
+Not atrex30's topk_filter: that operator keeps each row's k largest logits
+(a rank cut on unsorted logits, the rest -inf), while this is a nucleus (top-p) cut on sorted
+probabilities (the rest 0).
 """
 
 import torch

@@ -42,6 +42,8 @@ Cost: 10 reads of the row (4 bytes each, mostly from L2) and 9 exps per logit at
 wins: vocabulary rows where the 33 L2 passes of a bisection dominate. Limits: fp32 only; BLOCK_V *
 RADIX <= 16384 (registers); bucket sums are fp32 in chunk order, so an entry whose exclusive mass
 lies within rounding of top_p may differ from a sorted cumsum; one program per row; no NaNs.
+Not atrex30's topk_filter: that operator keeps each row's k largest logits
+(a rank cut), while this keeps the top-p probability mass, so their -inf positions differ.
 """
 
 import torch

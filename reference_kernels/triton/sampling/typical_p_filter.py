@@ -39,6 +39,9 @@ logit each (4 bytes read per pass, mostly from L2). When it wins: large vocabula
 sort + gather + scatter of the usual implementation dominates. Limits: fp32; -inf logits are
 removed (they have infinite atypicality); entries whose score or exclusive mass lies within
 rounding of the threshold may differ from a sort-based implementation; one program per row.
+Not atrex30's topk_filter: that operator keeps each row's k largest logits (a
+rank cut), while this keeps the most typical tokens (by |-log p - H|), so their -inf positions
+differ.
 """
 
 import torch
