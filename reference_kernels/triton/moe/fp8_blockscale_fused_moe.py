@@ -35,19 +35,19 @@ measured: []
 DeepSeek-style FP8 MoE, all quantisation NVIDIA e4m3fn (max 448, scale = absmax / 448): x (T, H) per
 1x128 token group with scales (T, H/128), W1 (E, 2I, H) and W2 (E, H, I) per 128x128 block with fp32
 scales; out (T, H) bf16 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x W1u^T)) W2^T. Slots
-are aligned to BLOCK_M blocks per expert (histogram + atomics, host offsets without a sync, atomic
-scatter). Gate/up: each program gathers its block's fp8 rows of x and, per 128-deep K block (BLOCK_K
-= the scale group), runs an fp8 tensor-core dot for gate and for up, then rescales each fp32 partial
-by the row scales of x times the per-column block scales of W1 (gate column n uses block n // 128,
-up column n uses (I + n) // 128) before adding it to the fp32 accumulator; the epilogue applies
-SiLU(g) * u and stores bf16. Down: the bf16 activation times W2 cast fp8 -> bf16 (exact) on bf16
-tensor cores, each 128-deep partial scaled by its W2 block scale, times the routing weight, into one
-fp32 row per slot; a combine kernel sums each token's k rows in order and writes bf16. Bytes: W1/W2
-1 B per element once per row block, scales 1/128 of that, x 1 B gathered k times, activation 2 B and
-the slot rows 4 B per element round trip. Limits: the down GEMM runs at bf16, not fp8, MMA rate (no
-requantisation of the activation, which would add ~2% error); e4m3fnuz (AMD, max 240) is not
-handled; padding and early-exit blocks as in any sorted grouped MoE; decode batches waste most of
-each block.
+are aligned to BLOCK_M blocks per expert (histogram + atomics, an offsets kernel, atomic scatter; a
+block's first slot names its expert). Gate/up: each program gathers its block's fp8 rows of x and,
+per 128-deep K block (BLOCK_K = the scale group), runs an fp8 tensor-core dot for gate and for up,
+then rescales each fp32 partial by the row scales of x times the per-column block scales of W1 (gate
+column n uses block n // 128, up column n uses (I + n) // 128) before adding it to the fp32
+accumulator; the epilogue applies SiLU(g) * u and stores bf16. Down: the bf16 activation times W2
+cast fp8 -> bf16 (exact) on bf16 tensor cores, each 128-deep partial scaled by its W2 block scale,
+times the routing weight, into one fp32 row per slot; a combine kernel sums each token's k rows in
+order and writes bf16. Bytes: W1/W2 1 B per element once per row block, scales 1/128 of that, x 1 B
+gathered k times, activation 2 B and the slot rows 4 B per element round trip. Limits: the down GEMM
+runs at bf16, not fp8, MMA rate (no requantisation of the activation, which would add ~2% error);
+e4m3fnuz (AMD, max 240) is not handled; padding and early-exit blocks as in any sorted grouped MoE;
+decode batches waste most of each block.
 """
 
 import os
@@ -83,12 +83,22 @@ def _fp8_moe_scatter_kernel(ids_ptr, cursor_ptr, sorted_ptr, NUM_PAIRS, CHUNK: t
 
 
 @triton.jit
+def _fp8_moe_offsets_kernel(counts_ptr, cursor_ptr, E, BLOCK_M: tl.constexpr,
+                            BLOCK_E: tl.constexpr):  # fmt: skip
+    # each expert's first slot: the exclusive prefix sum of the counts padded to BLOCK_M
+    offs_e = tl.arange(0, BLOCK_E)
+    counts = tl.load(counts_ptr + offs_e, mask=offs_e < E, other=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    tl.store(cursor_ptr + offs_e, tl.cumsum(padded, 0) - padded, mask=offs_e < E)
+
+
+@triton.jit
 def _fp8_moe_gate_up_kernel(
     # pointers
     x_ptr, xs_ptr,  # fp8 (T, H), fp32 (T, H/128)
     w1_ptr, w1s_ptr,  # fp8 (E, 2I, H), fp32 (E, 2I/128, H/128)
     act_ptr,  # bf16 (max_len, I), sorted-slot rows
-    sorted_ptr, expert_ids_ptr, num_post_ptr,
+    sorted_ptr, ids_ptr,  # int32 (max_len,) sorted slots, (T * k,) expert of each pair
     # sizes
     NUM_PAIRS, H, INTER,
     # strides (elements)
@@ -100,9 +110,11 @@ def _fp8_moe_gate_up_kernel(
     UPCAST: tl.constexpr,
 ):  # fmt: skip
     pid_b = tl.program_id(0)
-    if pid_b * BLOCK_M >= tl.load(num_post_ptr):
-        return  # the grid is sized for the worst-case padding
-    expert = tl.load(expert_ids_ptr + pid_b).to(tl.int64)
+    # a block's first slot is a real pair (naming its expert) unless the block is all padding
+    first = tl.load(sorted_ptr + pid_b * BLOCK_M)
+    if first >= NUM_PAIRS:
+        return
+    expert = tl.load(ids_ptr + first).to(tl.int64)
     offs_m = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
     pair = tl.load(sorted_ptr + offs_m)
     mask_m = pair < NUM_PAIRS
@@ -113,9 +125,8 @@ def _fp8_moe_gate_up_kernel(
 
     # operands (x rows gathered by token; W1 gate rows n, up rows INTER + n; K contiguous)
     x_ptrs = x_ptr + token[:, None] * stride_xt + offs_k[None, :]
-    wg_ptrs = (
-        w1_ptr + expert * stride_we + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]
-    )
+    w1_e = w1_ptr + expert * stride_we
+    wg_ptrs = w1_e + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]
     wu_ptrs = wg_ptrs + INTER * stride_wn
     # scales, one per 128 along K: x per row, W1 per 128-row block of each output column
     xs_ptrs = xs_ptr + token * stride_xst
@@ -145,9 +156,7 @@ def _fp8_moe_gate_up_kernel(
         # dequantise the 128-deep partial: row scale of x times column block scale of W1
         acc_g += part_g * x_s[:, None] * wg_s[None, :]
         acc_u += part_u * x_s[:, None] * wu_s[None, :]
-        x_ptrs += BLOCK_K
-        wg_ptrs += BLOCK_K
-        wu_ptrs += BLOCK_K
+        x_ptrs, wg_ptrs, wu_ptrs = x_ptrs + BLOCK_K, wg_ptrs + BLOCK_K, wu_ptrs + BLOCK_K
 
     act = acc_g * tl.sigmoid(acc_g) * acc_u  # SiLU(gate) * up in fp32
     act_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_n[None, :]
@@ -161,7 +170,7 @@ def _fp8_moe_down_kernel(
     w2_ptr, w2s_ptr,  # fp8 (E, H, I), fp32 (E, H/128, I/128)
     weights_ptr,  # fp32 (T * k,)
     slot_out_ptr,  # fp32 (T * k, H)
-    sorted_ptr, expert_ids_ptr, num_post_ptr,
+    sorted_ptr, ids_ptr,  # int32 (max_len,) sorted slots, (T * k,) expert of each pair
     # sizes
     NUM_PAIRS, H, INTER,
     # strides (elements)
@@ -170,9 +179,11 @@ def _fp8_moe_down_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     pid_b = tl.program_id(0)
-    if pid_b * BLOCK_M >= tl.load(num_post_ptr):
+    # a block's first slot is a real pair (naming its expert) unless the block is all padding
+    first = tl.load(sorted_ptr + pid_b * BLOCK_M)
+    if first >= NUM_PAIRS:
         return
-    expert = tl.load(expert_ids_ptr + pid_b).to(tl.int64)
+    expert = tl.load(ids_ptr + first).to(tl.int64)
     offs_m = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
     pair = tl.load(sorted_ptr + offs_m)
     mask_m = pair < NUM_PAIRS
@@ -181,9 +192,8 @@ def _fp8_moe_down_kernel(
     offs_k = tl.arange(0, BLOCK_K)
 
     a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
-    w_ptrs = (
-        w2_ptr + expert * stride_we + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]
-    )
+    w2_e = w2_ptr + expert * stride_we
+    w_ptrs = w2_e + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]
     ws_ptrs = w2s_ptr + expert * stride_wse + (offs_n // BLOCK_K) * stride_wsn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # fp32 accumulation
     for kb in range(0, tl.cdiv(INTER, BLOCK_K)):
@@ -196,8 +206,7 @@ def _fp8_moe_down_kernel(
         else:
             part = tl.dot(a, w.to(a.dtype))  # fp8 -> bf16 is exact; bf16 MMA
         acc += part * w_s[None, :]
-        a_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+        a_ptrs, w_ptrs = a_ptrs + BLOCK_K, w_ptrs + BLOCK_K
 
     acc = acc * tl.load(weights_ptr + pair, mask=mask_m, other=0.0)[:, None]  # routing weight
     out_ptrs = slot_out_ptr + pair[:, None].to(tl.int64) * stride_sm + offs_n[None, :]
@@ -219,43 +228,33 @@ def _fp8_moe_combine_kernel(slot_out_ptr, out_ptr, H, TOP_K: tl.constexpr,
 
 def _launch_config(num_pairs: int, num_experts: int) -> dict[str, int]:
     """Return tiles: BLOCK_M follows the mean slots per expert (less padding for small batches)."""
-    per_expert = num_pairs / max(num_experts, 1)
     # gate and up accumulators plus their fp8 partials: cap the tile at 64 x 128 with 8 warps
-    block_m = 16 if per_expert <= 16 else 64
+    block_m = 16 if num_pairs <= 16 * max(num_experts, 1) else 64  # 16 when <= 16 slots per expert
     return {"block_m": block_m, "block_n": 128, "num_warps": 4 if block_m == 16 else 8,
             "num_stages": 3}  # fmt: skip
 
 
-def _interpreting() -> bool:
-    """Return whether Triton runs in its CPU interpreter (it then needs fp32 tl.dot operands)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def _align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, ...]:
-    """Return (sorted pair ids, expert id per block, num_tokens_post_pad) padded to block_m."""
-    device = topk_ids.device
-    ids = topk_ids.contiguous().view(-1)
+    """Return (sorted pair ids padded per expert to block_m, flat expert ids, block count)."""
+    ids, device = topk_ids.contiguous().view(-1), topk_ids.device
     num_pairs = ids.numel()
     max_len = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
     grid = (triton.cdiv(num_pairs, ALIGN_CHUNK),)
     counts = torch.zeros(num_experts, dtype=torch.int32, device=device)
     _fp8_moe_count_kernel[grid](ids, counts, num_pairs, num_experts, CHUNK=ALIGN_CHUNK,
                                 BLOCK_E=triton.next_power_of_2(num_experts + 1))  # fmt: skip
-    padded = (counts + block_m - 1) // block_m * block_m  # sync-free host glue from here
-    ends = torch.cumsum(padded, 0)
-    cursor = (ends - padded).to(torch.int32)
-    blocks = torch.arange(triton.cdiv(max_len, block_m), device=device)
-    expert_ids = torch.searchsorted(ends // block_m, blocks, right=True).to(torch.int32)
+    cursor = torch.empty(num_experts, dtype=torch.int32, device=device)
+    _fp8_moe_offsets_kernel[(1,)](counts, cursor, num_experts, BLOCK_M=block_m,
+                                 BLOCK_E=triton.next_power_of_2(num_experts))  # fmt: skip
     sorted_ids = torch.full((max_len,), num_pairs, dtype=torch.int32, device=device)
     _fp8_moe_scatter_kernel[grid](ids, cursor, sorted_ids, num_pairs, CHUNK=ALIGN_CHUNK)
-    return sorted_ids, expert_ids, ends[-1:].to(torch.int32)
+    return sorted_ids, ids, triton.cdiv(max_len, block_m)
 
 
 def _check_shapes(hidden, a_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids) -> None:
     """Raise ValueError unless the fp8 tensors and their scales have matching shapes."""
     t, h = hidden.shape
-    e, two_i, _ = w1.shape
-    i = two_i // 2
+    e, i = w1.shape[0], w1.shape[1] // 2
     cd = triton.cdiv
     want = {"hidden": (t, h), "a_scale": (t, cd(h, GROUP)), "w1": (e, 2 * i, h),
             "w1_scale": (e, cd(2 * i, GROUP), cd(h, GROUP)), "w2": (e, h, i),
@@ -268,9 +267,7 @@ def _check_shapes(hidden, a_scale, w1, w1_scale, w2, w2_scale, topk_weights, top
         raise ValueError("shape mismatch: " + ", ".join(bad))
     fp8 = {hidden.dtype, w1.dtype, w2.dtype}
     if fp8 != {torch.float8_e4m3fn} or topk_ids.dtype != torch.int32:
-        raise ValueError(
-            f"need fp8 e4m3fn hidden/w1/w2 and int32 topk_ids; got {fp8}, {topk_ids.dtype}"
-        )
+        raise ValueError(f"need e4m3fn hidden/w1/w2, int32 ids; got {fp8}, {topk_ids.dtype}")
 
 
 def fp8_blockscale_fused_moe(
@@ -321,24 +318,24 @@ def fp8_blockscale_fused_moe(
              "num_stages": num_stages}  # fmt: skip
     cfg.update({key: value for key, value in given.items() if value is not None})
     hidden, w1, w2 = hidden.contiguous(), w1.contiguous(), w2.contiguous()
-    a_s, w1_s, w2_s = (s.float().contiguous() for s in (a_scale, w1_scale, w2_scale))
-    sorted_ids, expert_ids, num_post = _align(topk_ids, e, cfg["block_m"])
+    a_s, w1_s, w2_s = (s.contiguous() for s in (a_scale, w1_scale, w2_scale))  # fp32 in-kernel
+    sorted_ids, flat_ids, num_blocks = _align(topk_ids, e, cfg["block_m"])
     act = torch.empty((sorted_ids.numel(), i), dtype=torch.bfloat16, device=hidden.device)
     slot_out = torch.empty((t * top_k, h), dtype=torch.float32, device=hidden.device)
     meta = {"BLOCK_M": cfg["block_m"], "BLOCK_N": cfg["block_n"], "BLOCK_K": GROUP,
-            "UPCAST": _interpreting(), "num_warps": cfg["num_warps"],
-            "num_stages": cfg["num_stages"]}  # fmt: skip
-    _fp8_moe_gate_up_kernel[(expert_ids.numel(), triton.cdiv(i, cfg["block_n"]))](
-        hidden, a_s, w1, w1_s, act, sorted_ids, expert_ids, num_post,
+            "UPCAST": os.environ.get("TRITON_INTERPRET") == "1",  # fp32 dots in the interpreter
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}  # fmt: skip
+    _fp8_moe_gate_up_kernel[(num_blocks, triton.cdiv(i, cfg["block_n"]))](
+        hidden, a_s, w1, w1_s, act, sorted_ids, flat_ids,
         t * top_k, h, i,
         hidden.stride(0), a_s.stride(0),
         w1.stride(0), w1.stride(1), w1_s.stride(0), w1_s.stride(1),
         act.stride(0),
         TOP_K=top_k, **meta,
     )  # fmt: skip
-    _fp8_moe_down_kernel[(expert_ids.numel(), triton.cdiv(h, cfg["block_n"]))](
-        act, w2, w2_s, topk_weights.float().contiguous().view(-1), slot_out,
-        sorted_ids, expert_ids, num_post,
+    _fp8_moe_down_kernel[(num_blocks, triton.cdiv(h, cfg["block_n"]))](
+        act, w2, w2_s, topk_weights.contiguous().view(-1), slot_out,
+        sorted_ids, flat_ids,
         t * top_k, h, i,
         act.stride(0), w2.stride(0), w2.stride(1), w2_s.stride(0), w2_s.stride(1),
         slot_out.stride(0),

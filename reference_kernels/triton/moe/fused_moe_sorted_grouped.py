@@ -32,20 +32,22 @@ problem:
 measured: []
 ---
 Prefill-style fused MoE out (T, H) fp32 = sum over the k routed slots of w * (SiLU(x W1g^T) * (x
-W1u^T)) W2^T, in five launches. Alignment: a histogram kernel adds per-chunk expert counts
-atomically, the host turns them into padded block offsets and a per-block expert id with a few
-tensor ops (no sync), and a scatter kernel claims slots with atomic cursors (order within an expert
-is arbitrary, which is fine: every slot keeps its own output row). Gate/up: one program per (block
-of BLOCK_M sorted slots, BLOCK_N intermediate columns) gathers its rows of x, runs two tl.dot chains
-against the gate and up halves of that block's expert W1 sharing each x tile, and applies SiLU(g) *
-u in fp32 in the epilogue, writing the activation once in the input dtype (rows in sorted order).
-Down: the same grid over H multiplies by W2 of the block's expert and scales by the routing weight;
-each slot owns a row of an fp32 (T*k, H) buffer, and a combine kernel sums each token's k rows in a
-fixed order (deterministic, duplicated experts in a token just add). Bytes: each expert's weights
-stream once per row block (2 B/elt bf16), x is gathered k times, the activation makes one round trip
-(2 B/elt) and the slot buffer one (4 B/elt). Limits: padding wastes up to BLOCK_M - 1 rows per
-expert (decode batches waste most of each block; see the token-loop sibling), blocks past
-num_tokens_post_pad exit early but are launched, and no split-K or persistent scheduling.
+W1u^T)) W2^T, in six launches. Alignment: a histogram kernel adds per-chunk expert counts
+atomically, a one-program kernel turns them into padded offsets (no host sync, no torch math), and a
+scatter kernel claims slots with atomic cursors (order within an expert is arbitrary, which is fine:
+every slot keeps its own output row); a GEMM block takes its expert from its first slot. Gate/up:
+one program per (block of BLOCK_M sorted slots, BLOCK_N intermediate columns) gathers its rows of x,
+runs two tl.dot chains against the gate and up halves of that block's expert W1 sharing each x tile,
+and applies SiLU(g) * u in fp32 in the epilogue, writing the activation once in the input dtype
+(rows in sorted order). Down: the same grid over H multiplies by W2 of the block's expert and scales
+by the routing weight; each slot owns a row of an fp32 (T*k, H) buffer, and a combine kernel sums
+each token's k rows in a fixed order (deterministic, duplicated experts in a token just add). Bytes:
+each expert's weights stream once per row block (2 B/elt bf16), x is gathered k times, the
+activation makes one round trip (2 B/elt) and the slot buffer one (4 B/elt). Limits: padding wastes
+up to BLOCK_M - 1 rows per expert (decode batches waste most of each block; see the token-loop
+sibling), blocks past num_tokens_post_pad exit early but are launched, and no split-K or persistent
+scheduling. The activation rounded to the input dtype and the bf16 MMAs leave a relative error of
+about 1e-3, outside atrex30 fused_moe's fp32 tolerance (1e-4), which asks for fp32 intermediates.
 """
 
 import os
@@ -79,14 +81,23 @@ def _fused_moe_scatter_kernel(ids_ptr, cursor_ptr, sorted_ptr, NUM_PAIRS, CHUNK:
 
 
 @triton.jit
+def _fused_moe_offsets_kernel(counts_ptr, cursor_ptr, E, BLOCK_M: tl.constexpr,
+                              BLOCK_E: tl.constexpr):  # fmt: skip
+    # each expert's first slot: the exclusive prefix sum of the counts padded to BLOCK_M
+    offs_e = tl.arange(0, BLOCK_E)
+    counts = tl.load(counts_ptr + offs_e, mask=offs_e < E, other=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    tl.store(cursor_ptr + offs_e, tl.cumsum(padded, 0) - padded, mask=offs_e < E)
+
+
+@triton.jit
 def _fused_moe_gate_up_kernel(
     # pointers
     x_ptr,  # (T, H) hidden states
     w1_ptr,  # (E, 2I, H): rows [0, I) gate, [I, 2I) up
     act_ptr,  # (max_len, I) activation, rows in sorted-slot order
     sorted_ptr,  # int32 (max_len,) flat pair index or sentinel NUM_PAIRS
-    expert_ids_ptr,  # int32 (max_blocks,)
-    num_post_ptr,  # int32 (1,)
+    ids_ptr,  # int32 (T * k,) expert of each routed pair
     # sizes
     NUM_PAIRS,
     H,
@@ -108,9 +119,11 @@ def _fused_moe_gate_up_kernel(
 ):
     pid_b = tl.program_id(0)
     pid_n = tl.program_id(1)
-    if pid_b * BLOCK_M >= tl.load(num_post_ptr):
-        return  # the grid is sized for the worst-case padding
-    expert = tl.load(expert_ids_ptr + pid_b).to(tl.int64)
+    # a block's first slot is a real pair (naming its expert) unless the block is all padding
+    first = tl.load(sorted_ptr + pid_b * BLOCK_M)
+    if first >= NUM_PAIRS:
+        return
+    expert = tl.load(ids_ptr + first).to(tl.int64)
 
     # the block's sorted slots -> token rows to gather (padding slots are masked)
     offs_m = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -159,8 +172,7 @@ def _fused_moe_down_kernel(
     weights_ptr,  # fp32 (T * k,) routing weights
     slot_out_ptr,  # fp32 (T * k, H) weighted expert output per routed slot
     sorted_ptr,
-    expert_ids_ptr,
-    num_post_ptr,
+    ids_ptr,
     # sizes
     NUM_PAIRS,
     H,
@@ -180,9 +192,11 @@ def _fused_moe_down_kernel(
 ):
     pid_b = tl.program_id(0)
     pid_n = tl.program_id(1)
-    if pid_b * BLOCK_M >= tl.load(num_post_ptr):
+    # a block's first slot is a real pair (naming its expert) unless the block is all padding
+    first = tl.load(sorted_ptr + pid_b * BLOCK_M)
+    if first >= NUM_PAIRS:
         return
-    expert = tl.load(expert_ids_ptr + pid_b).to(tl.int64)
+    expert = tl.load(ids_ptr + first).to(tl.int64)
 
     offs_m = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
     pair = tl.load(sorted_ptr + offs_m)
@@ -243,7 +257,7 @@ def _interpreting() -> bool:
 
 
 def _align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, ...]:
-    """Return (sorted pair ids, expert id per block, num_tokens_post_pad) padded to block_m."""
+    """Return (sorted pair ids padded per expert to block_m, flat expert ids, block count)."""
     device = topk_ids.device
     ids = topk_ids.contiguous().view(-1)
     num_pairs = ids.numel()
@@ -252,16 +266,12 @@ def _align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torc
     counts = torch.zeros(num_experts, dtype=torch.int32, device=device)
     _fused_moe_count_kernel[grid](ids, counts, num_pairs, num_experts, CHUNK=ALIGN_CHUNK,
                                   BLOCK_E=triton.next_power_of_2(num_experts + 1))  # fmt: skip
-    # host glue, all on device and sync-free: padded offsets and the expert of every block
-    padded = (counts + block_m - 1) // block_m * block_m
-    ends = torch.cumsum(padded, 0)
-    cursor = (ends - padded).to(torch.int32)
-    blocks = torch.arange(triton.cdiv(max_len, block_m), device=device)
-    expert_ids = torch.searchsorted(ends // block_m, blocks, right=True).to(torch.int32)
-    num_post = ends[-1:].to(torch.int32)
+    cursor = torch.empty(num_experts, dtype=torch.int32, device=device)
+    _fused_moe_offsets_kernel[(1,)](counts, cursor, num_experts, BLOCK_M=block_m,
+                                   BLOCK_E=triton.next_power_of_2(num_experts))  # fmt: skip
     sorted_ids = torch.full((max_len,), num_pairs, dtype=torch.int32, device=device)
     _fused_moe_scatter_kernel[grid](ids, cursor, sorted_ids, num_pairs, CHUNK=ALIGN_CHUNK)
-    return sorted_ids, expert_ids, num_post
+    return sorted_ids, ids, triton.cdiv(max_len, block_m)
 
 
 def fused_moe_sorted_grouped(
@@ -318,23 +328,23 @@ def fused_moe_sorted_grouped(
     given = {"block_m": block_m, "block_n": block_n, "block_k": block_k,
              "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
     cfg.update({key: value for key, value in given.items() if value is not None})
-    sorted_ids, expert_ids, num_post = _align(topk_ids, e, cfg["block_m"])
+    sorted_ids, flat_ids, num_blocks = _align(topk_ids, e, cfg["block_m"])
     act = torch.empty((sorted_ids.numel(), i), dtype=hidden.dtype, device=hidden.device)
     slot_out = torch.empty((t * top_k, h), dtype=torch.float32, device=hidden.device)
-    weights = topk_weights.float().contiguous().view(-1)
+    weights = topk_weights.contiguous().view(-1)  # any float: applied in fp32 in the kernel
     meta = {"BLOCK_M": cfg["block_m"], "BLOCK_N": cfg["block_n"], "BLOCK_K": cfg["block_k"],
             "UPCAST": _interpreting(), "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}  # fmt: skip
-    _fused_moe_gate_up_kernel[(expert_ids.numel(), triton.cdiv(i, cfg["block_n"]))](
-        hidden, w1, act, sorted_ids, expert_ids, num_post,
+    _fused_moe_gate_up_kernel[(num_blocks, triton.cdiv(i, cfg["block_n"]))](
+        hidden, w1, act, sorted_ids, flat_ids,
         t * top_k, h, i,
         hidden.stride(0), hidden.stride(1),
         w1.stride(0), w1.stride(1), w1.stride(2),
         act.stride(0), act.stride(1),
         TOP_K=top_k, **meta,
     )  # fmt: skip
-    _fused_moe_down_kernel[(expert_ids.numel(), triton.cdiv(h, cfg["block_n"]))](
-        act, w2, weights, slot_out, sorted_ids, expert_ids, num_post,
+    _fused_moe_down_kernel[(num_blocks, triton.cdiv(h, cfg["block_n"]))](
+        act, w2, weights, slot_out, sorted_ids, flat_ids,
         t * top_k, h, i,
         act.stride(0), act.stride(1),
         w2.stride(0), w2.stride(1), w2.stride(2),
