@@ -55,6 +55,16 @@ def test_norm_kernel_extreme_tuning(load_kernel, name, which):
     _run(load_kernel, name, {"rows": 5, "hidden": 300}, torch.float32, **KERNELS[name][which])
 
 
+@pytest.mark.parametrize(("before", "activation"), [(False, "sigmoid"), (False, "silu"),
+                                                    (True, "sigmoid")])  # fmt: skip
+def test_gated_rms_norm_gate_options(load_kernel, before, activation):
+    mod = load_kernel("triton/norm/gated_rms_norm.py")
+    inputs = mod.make_inputs({"rows": 5, "hidden": 96}, torch.bfloat16)
+    opts = {"norm_before_gate": before, "activation": activation}
+    out = mod.gated_rms_norm(**inputs, **opts)
+    _check(out, mod.reference(**inputs, **opts), torch.bfloat16)
+
+
 def test_rms_norm_looped_multi_chunk(load_kernel):
     # a row spanning several chunks plus a ragged tail exercises both loops
     _run(load_kernel, "rms_norm_looped", {"rows": 2, "hidden": 1000}, torch.bfloat16, block_n=256)

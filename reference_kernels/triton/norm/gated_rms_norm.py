@@ -19,6 +19,8 @@ args:
   z: {shape: [..., N], like: x, aliases: [gate, g]}
   weight: {shape: [N], dtypes: [float], aliases: [w]}
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
+  norm_before_gate: {type: bool, default: true}
+  activation: {type: str, default: silu, aliases: [act]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
 problem:
@@ -26,13 +28,14 @@ problem:
   dtypes: [fp32, bf16]
 measured: []
 ---
-The output norm of gated linear-attention / Mamba2 blocks: y = rmsnorm(x) * w * silu(z), normalising
-before the gate, in one pass. Rows are short (one head, N = 64..256) and very many (10^5 and more),
+The output norm of gated linear-attention / Mamba2 blocks: y = rmsnorm(x) * w * act(z), normalising
+before the gate (norm_before_gate=False: y = rmsnorm(x * act(z)) * w), act SiLU or the sigmoid, in
+one pass. Rows are short (one head, N = 64..256) and very many (10^5 and more),
 so each program takes a (BLOCK_M, next_pow2(N)) tile: BLOCK_M rows of x and z, one weight load
-reused by all of them, the sum of squares reduced along axis 1 in fp32 and the SiLU evaluated in
+reused by all of them, the sum of squares reduced along axis 1 in fp32 and the gate evaluated in
 fp32 through exp2. Bytes per element: read x and z, write y (6 bytes in bf16). Limits: norm over the
-whole last dimension only (no group_size sub-groups), gate after the norm only (no
-norm_before_gate=False), and wide rows need a small BLOCK_M to stay in registers.
+whole last dimension only (no group_size sub-groups), and wide rows need a small BLOCK_M to stay in
+registers.
 """
 
 import torch
@@ -59,6 +62,8 @@ def _gated_rms_norm_kernel(
     # meta
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    NORM_BEFORE_GATE: tl.constexpr,
+    SIGMOID: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -70,9 +75,14 @@ def _gated_rms_norm_kernel(
     z = tl.load(z_ptr + rows64 * stride_zm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)  # once per BLOCK_M rows
 
+    sig = 1.0 / (1.0 + tl.exp2(-z * 1.4426950408889634))  # sigmoid(z) via exp2
+    gate = sig if SIGMOID else z * sig  # silu(z) = z * sigmoid(z)
+    if not NORM_BEFORE_GATE:
+        x = x * gate  # gate first: the norm is taken over the gated row
     inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)  # (BLOCK_M,), fp32
-    gate = z / (1.0 + tl.exp2(-z * 1.4426950408889634))  # silu(z) = z * sigmoid(z), via exp2
-    y = x * inv_rms[:, None] * w[None, :] * gate
+    y = x * inv_rms[:, None] * w[None, :]
+    if NORM_BEFORE_GATE:
+        y = y * gate
     tl.store(y_ptr + rows64 * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -98,17 +108,21 @@ def gated_rms_norm(
     z: torch.Tensor,
     weight: torch.Tensor,
     eps: float = 1e-6,
+    norm_before_gate: bool = True,
+    activation: str = "silu",
     *,
     block_m: int | None = None,
     num_warps: int | None = None,
 ) -> torch.Tensor:
-    """Return rmsnorm(x) * weight * silu(z) over the last dimension (norm before gate).
+    """Return rmsnorm(x) * weight * act(z) (or rmsnorm(x * act(z)) * weight) over the last dim.
 
     Args:
         x: (..., N) bf16/fp16/fp32, last dimension contiguous.
         z: the gate, same shape and dtype as ``x``.
         weight: (N,) any float dtype, contiguous.
         eps: Added to mean(x^2) before the reciprocal square root.
+        norm_before_gate: Gate after the norm (True) or the norm of the gated row (False).
+        activation: The gate's function: "silu"/"swish" or "sigmoid".
         block_m: Rows per program (power of two); None picks about 2048 elements per tile.
         num_warps: Warps per program; None picks by tile size.
 
@@ -116,8 +130,11 @@ def gated_rms_norm(
         y: same shape and dtype as ``x``, contiguous; computed in fp32, rounded once.
 
     Raises:
-        ValueError: The shapes or dtypes do not match, or the row is wider than 2^20.
+        ValueError: The shapes or dtypes do not match, the activation is unknown, or the row is
+            wider than 2^20.
     """
+    if activation not in ("silu", "swish", "sigmoid"):
+        raise ValueError(f"activation must be 'silu', 'swish' or 'sigmoid'; got {activation!r}")
     n = x.shape[-1]
     if z.shape != x.shape or z.dtype != x.dtype:
         raise ValueError(
@@ -143,18 +160,27 @@ def gated_rms_norm(
         x2.stride(0), z2.stride(0), y.stride(0),
         eps,
         BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
+        NORM_BEFORE_GATE=norm_before_gate, SIGMOID=activation == "sigmoid",
         num_warps=cfg["num_warps"],
     )  # fmt: skip
     return y.reshape(x.shape)
 
 
 def reference(
-    x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    norm_before_gate: bool = True,
+    activation: str = "silu",
 ) -> torch.Tensor:
-    """Return rmsnorm(x) * weight * silu(z) computed in fp32 and cast to x's dtype."""
+    """Return the gated RMSNorm computed in fp32 and cast to x's dtype."""
     xf, zf = x.float(), z.float()
+    gate = torch.sigmoid(zf) if activation == "sigmoid" else torch.nn.functional.silu(zf)
+    if not norm_before_gate:
+        xf = xf * gate
     normed = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
-    return (normed * torch.nn.functional.silu(zf)).to(x.dtype)
+    return (normed * gate if norm_before_gate else normed).to(x.dtype)
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
