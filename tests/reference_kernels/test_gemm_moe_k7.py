@@ -125,6 +125,16 @@ def test_block_scaled_k_major_tuning_extremes(load_kernel):
              TOL["fp8"], **params)  # fmt: skip
 
 
+def test_block_scaled_k_major_reads_k_major_scale_storage(load_kernel):
+    # a_scales handed over as a transposed view of (KB, M) storage: the unit-stride vector path
+    mod = load_kernel(GEMM + "block_scaled_mm_fp8_k_major_scales_vectorised.py")
+    inputs = mod.make_inputs(BSMM_CASES[1], FP8)
+    inputs["a_scales"] = inputs["a_scales"].t().contiguous().t()
+    assert inputs["a_scales"].stride(0) == 1
+    out = mod.block_scaled_mm_fp8_k_major_scales_vectorised(**inputs)
+    torch.testing.assert_close(out, mod.reference(**inputs), atol=TOL["fp8"][0], rtol=TOL["fp8"][1])
+
+
 def test_block_scaled_k_major_rejects_bad_input(load_kernel):
     mod = load_kernel(GEMM + "block_scaled_mm_fp8_k_major_scales_vectorised.py")
     a = torch.zeros(4, 64).to(FP8)

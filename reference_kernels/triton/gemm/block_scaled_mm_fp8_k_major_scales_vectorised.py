@@ -38,11 +38,13 @@ measured: []
 ---
 atrex30's block_scaled_mm (out[i, j] = sum over K groups g of (a[i, g] . b[j, g]) * a_scales[i,
 g] * b_scales[j // group_n, g], fp8 e4m3fn operands, fp32 scales and output, ragged tails allowed)
-with the scale traffic cut to the minimum. The launcher copies a_scales to K-major (KB, M) (as
-DeepGEMM stores them; a strided copy, no math), so the BLOCK_M row scales of K group g are one
-contiguous vector load per K step instead of BLOCK_M loads strided by KB. BLOCK_N is chosen to
-divide group_n, so all columns of a tile share one b block: its scale is a single scalar load per
-K step, not a gathered vector.
+with the scale traffic cut to the minimum. a_scales is read through its K-major view (KB, M) at
+its own strides, with no copy: when its storage is K-major (as DeepGEMM stores them, a (KB, M)
+buffer handed over transposed) the M stride is 1, Triton specialises it, and the BLOCK_M row
+scales of K group g are one contiguous vector load per K step instead of BLOCK_M loads strided by
+KB; row-major scales are read strided (a gather of BLOCK_M values per K step, from L2). BLOCK_N
+is chosen to divide group_n, so all columns of a tile share one b block: its scale is a single
+scalar load per K step, not a gathered vector.
 BLOCK_K equals group_k, so each K step is one fp8 tensor-core dot into a fresh fp32 partial; the
 row-scale vector is first multiplied by the b scalar (BLOCK_M multiplies) and the partial is then
 folded into the accumulator with one fused multiply-add per element (acc += part * s[:, None]),
@@ -50,7 +52,7 @@ where the plain design spends two multiplies per element on an outer product of 
 Bytes: 1 B per a and b element per pass, 4 B per row scale (contiguous) and one 4 B b scale per
 tile and K step; 4 B per fp32 output. Grouped-M ordering shares b tiles in L2. Limits: group_k must
 be a power of two >= 16 and group_n a multiple of 16 (BLOCK_N is the largest power of two
-dividing it, at most the tuned value); the transposed scale copy is one small extra torch op.
+dividing it, at most the tuned value); the vector load needs K-major a_scales storage.
 """
 
 import os
@@ -65,7 +67,7 @@ def _bsmm_kmajor_kernel(
     # pointers
     a_ptr,
     b_ptr,
-    as_ptr,  # fp32 (KB, M), K-major: row g holds every row's scale of K group g
+    as_ptr,  # fp32 (KB, M) view: row g holds every row's scale of K group g
     bs_ptr,  # fp32 (NB, KB)
     out_ptr,
     # sizes
@@ -77,7 +79,8 @@ def _bsmm_kmajor_kernel(
     stride_ak,
     stride_bn,
     stride_bk,
-    stride_asg,  # a scales: between K groups (the M axis is unit-stride)
+    stride_asg,  # a scales: between K groups
+    stride_asm,  # a scales: between rows (1 for K-major storage: one vector load)
     stride_bsn,
     stride_bsk,
     stride_om,
@@ -106,7 +109,7 @@ def _bsmm_kmajor_kernel(
     mask_n = offs_n < N
     a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None] * stride_bk
-    as_ptrs = as_ptr + offs_m  # contiguous vector of row scales
+    as_ptrs = as_ptr + offs_m * stride_asm  # a contiguous vector when stride_asm == 1
     bs_ptr_tile = bs_ptr + ((pid_n * BLOCK_N) // GROUP_N) * stride_bsn  # one b block per tile
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -196,7 +199,7 @@ def block_scaled_mm_fp8_k_major_scales_vectorised(
     out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     if m == 0 or n == 0:
         return out
-    a_s_kmajor = a_scales.t().contiguous()  # (KB, M): a copy, no math
+    a_s_kmajor = a_scales.t()  # (KB, M) view at the caller's strides: no copy on the timed path
     b_s = b_scales
     warps = num_warps or (8 if bm == 128 else 4)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
@@ -204,7 +207,7 @@ def block_scaled_mm_fp8_k_major_scales_vectorised(
         a, b, a_s_kmajor, b_s, out,
         m, n, k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        a_s_kmajor.stride(0), b_s.stride(0), b_s.stride(1),
+        a_s_kmajor.stride(0), a_s_kmajor.stride(1), b_s.stride(0), b_s.stride(1),
         out.stride(0), out.stride(1),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=group_k, GROUP_N=group_n, GROUP_M=group_m or 8,
         UPCAST=_interpreting(), num_warps=warps, num_stages=num_stages or 3,
