@@ -43,7 +43,10 @@ marks a padded batch slot: its program writes zero outputs and leaves the state 
 sequence: read and write S + 1 values per channel of the state, read the L inputs and the W weights,
 write L outputs: a few KB, so the kernel is latency-bound (one launch, B * DIM / BLOCK_C programs).
 Limits: the state must hold at least W - 1 steps; x may be (B, C) or (B, C, L) but the header
-declares the (B, C) decode form; no varlen prefill (see causal_conv1d_fwd).
+declares the (B, C) decode form; no varlen prefill (see causal_conv1d_fwd). Not atrex30's
+causal_conv1d: that operator is one sequence's prefill (x (dim, T), a read-only (1, dim, W - 1)
+initial state, no state written back), while this kernel takes one new token per row of x, each
+row its own sequence with its own state row, and rolls conv_state in place (a mutated input there).
 """
 
 import torch
