@@ -77,9 +77,53 @@ def test_measured_entries_from_a_results_file_land_in_the_headers(tmp_path: Path
     assert _module().apply_measured(rows, {"rms_norm_rowwise": copy}) == 1
     (kernel,), problems = load_kernels(tmp_path)
     assert problems == []
-    (measured,) = kernel.meta.measured
+    # the entry lands next to those the header already had (other shapes)
+    (measured,) = [m for m in kernel.meta.measured if m.shape == "rms_norm/t4096_h4096"]
     assert (measured.device, measured.shape, measured.latency_us) == (
         "NVIDIA H200",
         "rms_norm/t4096_h4096",
         12.5,
     )
+
+
+def test_the_summary_counts_kernels_per_problem_kind_and_names_the_rejected() -> None:
+    rows = [
+        {"kernel": "a", "problem": "atrex30/rms_norm", "verdict": "accepted"},
+        {"kernel": "a", "problem": "own/kernel.a", "problem_kind": "own", "verdict": "accepted"},
+        {"kernel": "b", "problem": "examples/softmax", "verdict": "wrong_output"},
+        {"kernel": "b", "problem": "own/kernel.b", "problem_kind": "own", "verdict": "accepted"},
+        {"kernel": "c", "problem": "atrex30/softmax", "verdict": "accepted"},
+        {"kernel": "d", "problem": "own/kernel.d", "problem_kind": "own", "verdict": "skipped"},
+        {"kernel": "e", "problem": "atrex30/x", "verdict": "wrong_output"},
+        {"kernel": "e", "problem": "own/kernel.e", "verdict": "screen_rejected"},
+    ]  # fmt: skip
+    summary = _module().summarize(rows, kernels=6, triton=5)
+    assert summary["accepted_by_kind"] == {"atrex30": 2, "examples": 0, "own": 2}
+    assert summary["accepted_first_by_kind"] == {"atrex30": 2, "examples": 0, "own": 1}
+    assert summary["accepted_on_a_problem"] == 3 and summary["accepted_only_on_own"] == ["b"]
+    # a kernel accepted nowhere is listed under its own problem's verdict
+    assert summary["not_accepted_by_verdict"] == {"screen_rejected": ["e"], "skipped": ["d"]}
+
+
+def test_merge_joins_shards_and_carries_only_pairs_not_rerun(tmp_path: Path) -> None:
+    def results(name: str, date: str, rows: list[dict[str, Any]]) -> Path:
+        path = tmp_path / name
+        base = {"device": "cpu", "date": date, "versions": {}, "kernels": 3, "triton_kernels": 3}
+        path.write_text(json.dumps(base | {"rows": rows}))
+        return path
+
+    row = {"kernel": "a", "problem": "atrex30/p", "verdict": "accepted"}
+    shard0 = results("s0.json", "2026-12-04T00:00:00+00:00", [row])
+    own = {"kernel": "b", "problem": "own/kernel.b", "verdict": "accepted"}
+    shard1 = results("s1.json", "2026-12-04T00:01:00+00:00", [own])
+    old = results("old.json", "2026-12-03T00:00:00+00:00",
+                  [row | {"verdict": "wrong_output"},
+                   {"kernel": "c", "problem": "examples/q", "verdict": "accepted"}])  # fmt: skip
+    out = tmp_path / "merged.json"
+    record = _module().merge([shard0, shard1], [old], out, "a note")
+    kept = {(r["kernel"], r["problem"]): r for r in record["rows"]}
+    assert kept[("a", "atrex30/p")]["verdict"] == "accepted"  # the new run wins
+    assert kept[("c", "examples/q")]["carried_from"] == "2026-12-03T00:00:00+00:00"
+    assert [r["problem_kind"] for r in record["rows"]] == ["atrex30", "own", "examples"]
+    assert record["summary"]["accepted_on_a_problem"] == 3
+    assert json.loads(out.read_text())["note"] == "a note"
