@@ -97,9 +97,10 @@ def stats(
 ) -> None:
     """Counts of documents and chunks per layer and kind in the built index."""
     from aka.core.console import out_console
-    from aka.kb import open_index
+    from aka.kb import latest_acceptance, open_index
 
-    data = open_index(settings_from(ctx)).stats()
+    settings = settings_from(ctx)
+    data = open_index(settings).stats()
     per_kind = data["documents_per_kind"]
     summary = {
         "reference_kernels": per_kind.get("kernel", 0),
@@ -108,6 +109,12 @@ def stats(
         ),
         "api_symbols": per_kind.get("api", 0),
         "upstream_files": per_kind.get("upstream", 0),
+        # kernels the scorer accepted on a problem (issue #7), per the newest committed
+        # benchmarks/results/kb_acceptance_<date>_<device>.json of each device
+        "kernels_accepted": {
+            c.device: c.model_dump(exclude={"device"})
+            for c in latest_acceptance(settings.paths.root)
+        },
         **data,
     }
     if as_json:

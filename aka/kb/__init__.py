@@ -3,6 +3,7 @@
 Never imports ``aka.bench``; chromadb, sentence-transformers and bm25s load only when used.
 """
 
+from aka.kb.acceptance import AcceptanceCounts, latest_acceptance
 from aka.kb.build import (
     build_index,
     embedding_cache_path,
@@ -29,6 +30,7 @@ from aka.kb.retrieve import Hit, HybridRetriever, KBFilter, Retriever, build_whe
 from aka.kb.schema import KIND_TO_LAYER, DocKind, DocMeta, Evidence, Layer
 
 __all__ = [
+    "AcceptanceCounts",
     "KERNEL_PROBLEM_PREFIX",
     "KIND_TO_LAYER",
     "BuildStats",
@@ -60,6 +62,7 @@ __all__ = [
     "kernel_chunks",
     "kernel_problem",
     "kernel_problem_yaml",
+    "latest_acceptance",
     "knowledge_units",
     "lint_problems",
     "load_docs",

@@ -56,6 +56,7 @@ def test_build_query_stats_lint_offline(kb_root: Path, tmp_path: Path) -> None:
 
     stats = json.loads(_aka(kb_root, index, "kb", "stats", "--json").stdout)
     assert stats["reference_kernels"] == 1 and stats["documents"] == 3
+    assert stats["kernels_accepted"] == {}  # the tiny project has no committed results
 
     lint = _aka(kb_root, index, "kb", "lint")
     assert lint.returncode == 0 and "3 documents, 1 kernels, 0 problem(s)" in lint.stdout
