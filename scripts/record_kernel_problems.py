@@ -99,6 +99,49 @@ def _wrap(module: Any) -> None:
 
     recorded._recorded = True  # type: ignore[attr-defined]
     module.make_inputs = recorded
+    if ref is not None:
+        module.reference = _wrap_reference(kernel, ref)
+
+
+def _wrap_reference(kernel: str, ref: Any) -> Any:
+    """Record the reference's output dtypes and the inputs it updates in place."""
+    import torch
+
+    @functools.wraps(ref)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = inspect.signature(ref).bind(*args, **kwargs)
+            before = {
+                k: v.clone() for k, v in bound.arguments.items() if isinstance(v, torch.Tensor)
+            }
+        except TypeError:
+            bound, before = None, {}
+        out = ref(*args, **kwargs)
+        try:
+            outs = (
+                out.values() if isinstance(out, dict) else out if isinstance(out, tuple) else [out]
+            )
+            mutated = sorted(
+                k for k, v in before.items()
+                if bound is not None and not torch.equal(bound.arguments[k], v)
+            )  # fmt: skip
+            _emit(
+                {
+                    "reference": kernel,
+                    "test": _current["test"],
+                    "out_dtypes": [
+                        _DTYPES.get(str(o.dtype), str(o.dtype))
+                        for o in outs
+                        if isinstance(o, torch.Tensor)
+                    ],  # fmt: skip
+                    "mutated": mutated,
+                }
+            )
+        except Exception as err:  # noqa: BLE001 - a recording problem must not fail the test
+            _emit({"reference": kernel, "test": _current["test"], "error": repr(err)})
+        return out
+
+    return recorded
 
 
 def pytest_configure(config: Any) -> None:
@@ -150,6 +193,12 @@ def choose(
 ) -> dict[str, dict[str, Any]]:
     """Per kernel: the ``problem:`` field from its passing tests' calls (first seen first)."""
     outcome = {r["test"]: r for r in lines if "outcome" in r}
+    out_dtypes: dict[tuple[str, str], set[str]] = {}  # (kernel, test) -> reference output dtypes
+    mutated: dict[str, set[str]] = {}
+    for r in lines:
+        if "reference" in r and "error" not in r:
+            out_dtypes.setdefault((r["reference"], r["test"]), set()).update(r["out_dtypes"])
+            mutated.setdefault(r["reference"], set()).update(r["mutated"])
     calls: dict[str, list[dict[str, Any]]] = {}
     for r in lines:
         if "kernel" not in r or "error" in r or not r.get("binds") or r.get("extra"):
@@ -161,7 +210,8 @@ def choose(
             continue
         if r["dtype"] not in {*_DTYPES.values(), "None"}:
             continue
-        calls.setdefault(r["kernel"], []).append(r | {"tol": test["tol"]})
+        outs = out_dtypes.get((r["kernel"], r["test"]), set())
+        calls.setdefault(r["kernel"], []).append(r | {"tol": test["tol"], "outs": sorted(outs)})
     fields: dict[str, dict[str, Any]] = {}
     for kernel, rows in calls.items():
         shapes: list[dict[str, Any]] = []
@@ -187,16 +237,23 @@ def choose(
         field: dict[str, Any] = {"shapes": shapes, "dtypes": dtypes}
         for r in rows:
             if r["tol"] and json.dumps(r["shape"], sort_keys=True) in chosen:
-                old = tol_by_dtype.get(r["dtype"], (0.0, 0.0))
-                tol_by_dtype[r["dtype"]] = (max(old[0], r["tol"][0]), max(old[1], r["tol"][1]))
-        # override the scorer's table only where a test needed more than it gives that dtype
+                # the scorer's table is keyed by the output dtype (the strictest output's)
+                strict = min((_TABLE.get(o, 1e-4) for o in r["outs"] if o in _TABLE), default=None)
+                key = (
+                    f"{r['dtype']}:{strict if strict is not None else _TABLE.get(r['dtype'], 1e-4)}"
+                )
+                old = tol_by_dtype.get(key, (0.0, 0.0))
+                tol_by_dtype[key] = (max(old[0], r["tol"][0]), max(old[1], r["tol"][1]))
+        # override the scorer's table only where a test needed more than it gives that output
         looser = [
-            t for d, t in tol_by_dtype.items()
-            if d in dtypes and max(t) > _TABLE.get(d, 1e-4)
+            t for key, t in tol_by_dtype.items()
+            if key.split(":")[0] in dtypes and max(t) > float(key.split(":")[1])
         ]  # fmt: skip
         if looser:
             field["atol"] = max(t[0] for t in looser)
             field["rtol"] = max(t[1] for t in looser)
+        if mutated.get(kernel):
+            field["in_place"] = sorted(mutated[kernel])
         fields[kernel] = field
     return fields
 
