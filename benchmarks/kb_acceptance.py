@@ -164,9 +164,14 @@ def summarize(rows: list[dict[str, Any]], kernels: int, triton: int) -> dict[str
 
 
 def merge(paths: list[Path], carry: list[Path], out: Path, note: str) -> dict[str, Any]:
-    """Join shard files (their rows win) with carried rows of earlier files; write ``out``."""
+    """Join shard files with carried rows of earlier files; write ``out``.
+
+    A pair in several shard files keeps the row of the last one (a re-run after a fix); a carried
+    row fills only a pair no shard file has.
+    """
     files = [json.loads(p.read_text()) for p in paths]
-    rows: list[dict[str, Any]] = [r for f in files for r in f["rows"]]
+    by_pair = {(r["kernel"], r["problem"]): r for f in files for r in f["rows"]}  # later wins
+    rows: list[dict[str, Any]] = list(by_pair.values())
     have = {(r["kernel"], r["problem"]) for r in rows}
     parts = [{"date": f["date"], "note": f.get("note", "a shard of this sweep")} for f in files]
     for path in carry:

@@ -119,11 +119,13 @@ def test_merge_joins_shards_and_carries_only_pairs_not_rerun(tmp_path: Path) -> 
     old = results("old.json", "2026-12-03T00:00:00+00:00",
                   [row | {"verdict": "wrong_output"},
                    {"kernel": "c", "problem": "examples/q", "verdict": "accepted"}])  # fmt: skip
+    rerun = results("rerun.json", "2026-12-04T00:02:00+00:00", [own | {"verdict": "wrong_output"}])
     out = tmp_path / "merged.json"
-    record = _module().merge([shard0, shard1], [old], out, "a note")
+    record = _module().merge([shard0, shard1, rerun], [old], out, "a note")
     kept = {(r["kernel"], r["problem"]): r for r in record["rows"]}
     assert kept[("a", "atrex30/p")]["verdict"] == "accepted"  # the new run wins
     assert kept[("c", "examples/q")]["carried_from"] == "2026-12-03T00:00:00+00:00"
     assert [r["problem_kind"] for r in record["rows"]] == ["atrex30", "own", "examples"]
-    assert record["summary"]["accepted_on_a_problem"] == 3
+    assert kept[("b", "own/kernel.b")]["verdict"] == "wrong_output"  # a later file's re-run wins
+    assert len(record["rows"]) == 3 and record["summary"]["accepted_on_a_problem"] == 2
     assert json.loads(out.read_text())["note"] == "a note"
