@@ -103,6 +103,17 @@ def _wrap(module: Any) -> None:
         module.reference = _wrap_reference(kernel, ref)
 
 
+def _same_bytes(a: Any, b: Any) -> bool:
+    """Bitwise equality (a NaN left in place is unchanged; ``torch.equal`` says it changed)."""
+    import torch
+
+    return bool(
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    )
+
+
 def _wrap_reference(kernel: str, ref: Any) -> Any:
     """Record the reference's output dtypes and the inputs it updates in place."""
     import torch
@@ -123,7 +134,7 @@ def _wrap_reference(kernel: str, ref: Any) -> Any:
             )
             mutated = sorted(
                 k for k, v in before.items()
-                if bound is not None and not torch.equal(bound.arguments[k], v)
+                if bound is not None and not _same_bytes(bound.arguments[k], v)
             )  # fmt: skip
             _emit(
                 {

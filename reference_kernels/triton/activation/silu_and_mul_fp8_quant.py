@@ -22,6 +22,8 @@ returns:
 problem:
   shapes: [{rows: 3, d: 500}, {rows: 9, d: 64}]
   dtypes: [fp32, bf16]
+  atol: 0.01
+  rtol: 0.01
 measured: []
 ---
 The gated-MLP activation of an FP8 model feeding the down projection: y = silu(gate) * up for x

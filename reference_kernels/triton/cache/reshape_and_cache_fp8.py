@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{tokens: 9, heads: 3, head_dim: 40, block_size: 4}, {tokens: 1, heads: 2, head_dim: 64, block_size: 16}]
   dtypes: [fp32, bf16]
+  in_place: [key_cache, value_cache]
 measured: []
 ---
 The KV-cache write of an FP8 KV cache (vLLM's kv_cache_dtype "fp8" with per-tensor scales): token

@@ -29,6 +29,7 @@ problem:
   dtypes: [fp32, bf16]
   atol: 0.02
   rtol: 0.02
+  in_place: [conv_state]
 measured: []
 ---
 The decode step of a Mamba / Gated DeltaNet short convolution (vLLM's causal_conv1d_update): each

@@ -29,8 +29,6 @@ returns:
 problem:
   shapes: [{m: 5, n: 40, k: 72}, {m: 20, n: 17, k: 160}]
   dtypes: [fp8_e4m3fn]
-  atol: 0.01
-  rtol: 0.01
 measured: []
 ---
 The classic FP8 (per-tensor, "tensorwise") linear layer: out = (a @ b^T) * scale_a * scale_b

@@ -29,8 +29,6 @@ returns:
 problem:
   shapes: [{m: 33, n: 40, k: 200}, {m: 1, n: 17, k: 64}]
   dtypes: [int8]
-  atol: 0.01
-  rtol: 0.01
 measured: []
 ---
 The W8A8 linear of SmoothQuant-style inference: A (M, K) int8 activations quantised per token

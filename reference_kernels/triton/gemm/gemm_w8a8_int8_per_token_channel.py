@@ -30,8 +30,6 @@ returns:
 problem:
   shapes: [{m: 5, n: 40, k: 300}, {m: 33, n: 70, k: 64}]
   dtypes: [int8]
-  atol: 0.01
-  rtol: 0.01
 measured: []
 ---
 C (M, N) bf16 = (A @ B^T) * a_scale[:, None] * b_scale[None, :] for int8 A (per-token scales) and

@@ -29,8 +29,6 @@ returns:
 problem:
   shapes: [{token_count: 1, hidden_size: 160, out_features: 72}, {token_count: 7, hidden_size: 96, out_features: 200}]
   dtypes: [fp32, bf16]
-  atol: 0.01
-  rtol: 0.01
 measured: []
 ---
 atrex30's linear_sigmoid_mul (out = sigmoid(x W^T + b) * m, fp32 math, one rounding to bf16) for

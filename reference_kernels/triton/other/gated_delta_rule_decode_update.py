@@ -32,6 +32,8 @@ returns:
 problem:
   shapes: [{batch: 2, q_heads: 2, v_heads: 4, head_dim: 32}, {batch: 1, q_heads: 1, v_heads: 1, head_dim: 20}]
   dtypes: [fp32, bf16]
+  atol: 0.01
+  rtol: 0.01
 measured: []
 ---
 One decode token (T = 1) of the gated delta rule (Gated DeltaNet linear attention) with its gating

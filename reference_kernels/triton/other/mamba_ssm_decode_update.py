@@ -32,6 +32,7 @@ problem:
   dtypes: [fp32, bf16]
   atol: 0.03
   rtol: 0.02
+  in_place: [state]
 measured: []
 ---
 One decode step of Mamba-1's selective SSM (selective_state_update): dt' = softplus(dt + dt_bias)

@@ -24,7 +24,7 @@ returns:
   - {name: w, shape: [N, K], dtype: bf16}
 problem:
   shapes: [{n: 140, k: 200}]
-  dtypes: [fp32, bf16]
+  dtypes: [bf16]  # returns: declares bf16 (out_dtype's default); fp32 would not map
 measured: []
 ---
 The inverse of 128 x 128 block FP8 weight quantisation (DeepSeek-V3 checkpoints store q and a

@@ -23,7 +23,7 @@ returns:
   - {name: out, shape: [T, N], dtype: bf16}
 problem:
   shapes: [{rows: 3, hidden: 1000}, {rows: 9, hidden: 64}]
-  dtypes: [fp32, bf16]
+  dtypes: [bf16]  # returns: declares bf16 (out_dtype's default); fp32 would not map
 measured: []
 ---
 The inverse of dynamic per-token FP8 quantisation: out[t, n] = float(q[t, n]) * scale[t], computed

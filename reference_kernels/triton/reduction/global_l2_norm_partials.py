@@ -23,6 +23,8 @@ returns:
 problem:
   shapes: [{size: [3, 1000]}, {size: [37]}]
   dtypes: [fp32, bf16]
+  atol: 0.01
+  rtol: 0.01
 measured: []
 ---
 norm = sqrt(sum x^2) over every element in fp32, the total-norm step of gradient clipping, without

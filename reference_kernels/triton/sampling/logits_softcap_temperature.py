@@ -24,6 +24,8 @@ returns:
 problem:
   shapes: [{rows: 3, vocab: 1000}, {rows: 2, vocab: 77, softcap: 0.0, masked: false}]
   dtypes: [fp32, bf16]
+  atol: 0.01
+  rtol: 0.01
 measured: []
 ---
 The per-step logit pre-processing of a sampler, fused: y = softcap * tanh(x / softcap) (Gemma-2/3
