@@ -103,6 +103,18 @@ def _numerics_variants(meta: Any) -> list[dict[str, Any]]:
     return [{}] + [{"round_act": v} for v in values[1:]]
 
 
+def _signature_shape(problem: Any) -> str | None:
+    """The shape whose inputs the adapter maps: for an own problem, the case naming most options.
+
+    The adapter maps one shape's inputs; an optional tensor that shape leaves at None (a
+    ``weighted: false`` case) would be left out of the candidate for every shape, so own problems
+    map the case with the most input_kwargs (``weighted: true``, a ``scale``). Others: the default.
+    """
+    if not problem.name.startswith("kernel."):
+        return None
+    return str(max(problem.shapes, key=lambda s: len(s.input_kwargs)).id)
+
+
 def _row(kernel: str, origin: str, problem: str, result: Any) -> dict[str, Any]:
     return {
         "kernel": kernel,
@@ -374,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             result, tuning, error = None, {}, None
             try:
                 if key not in signatures:
-                    signatures[key] = scorer.input_signature(problem)
+                    signatures[key] = scorer.input_signature(problem, _signature_shape(problem))
                 for tuning in _numerics_variants(k.meta):
                     try:
                         source = adapt_kernel(k.path, k.meta, signatures[key], params=tuning)
