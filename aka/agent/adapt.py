@@ -601,6 +601,34 @@ def _param_init(t: TensorInfo, init: list[ArgInfo]) -> str:
     return f"        self.{t.name} = torch.nn.Parameter({empty})"
 
 
+def _typed_params(signature: InputSignature) -> str:
+    """Return forward's parameter text with the scalar arguments annotated by their Python type.
+
+    The scorer's screen takes an unannotated forward parameter for a tensor; a scalar the
+    reference's forward takes (``block_size``, ``eps``) would make the launcher's plain
+    arithmetic on it look like torch compute in forward.
+    """
+    text = signature.forward_params_text
+    scalars = {
+        a.name: a.type_name
+        for a in signature.forward_args
+        if a.kind == "scalar" and a.type_name in ("int", "float", "bool", "str")
+    }
+    if not scalars:
+        return text
+    try:
+        fn = ast.parse(f"def forward({text}):\n    pass\n").body[0]
+    except SyntaxError:
+        return text
+    if not isinstance(fn, ast.FunctionDef):
+        return text
+    params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+    for param in params:
+        if param.arg in scalars and param.annotation is None:
+            param.annotation = ast.Name(id=scalars[param.arg])
+    return ast.unparse(fn.args)
+
+
 def _model_class(plan: AdaptPlan, signature: InputSignature, params: dict[str, Any]) -> str:
     init = [
         f"        self.{a.name} = {a.name}" for a in signature.init_args if a.name.isidentifier()
@@ -620,7 +648,7 @@ def _model_class(plan: AdaptPlan, signature: InputSignature, params: dict[str, A
         f"    def __init__({signature.init_params_text}):\n"
         "        super().__init__()\n"
         + "".join(line + "\n" for line in init)
-        + f"\n    def forward({signature.forward_params_text}):\n"
+        + f"\n    def forward({_typed_params(signature)}):\n"
         f"        _out = {plan.call(params, indent=' ' * 8)}\n"
         f"        return {ret}\n"
     )

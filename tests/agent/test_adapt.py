@@ -266,6 +266,21 @@ def test_adapt_kernel_writes_a_self_contained_candidate(kernels):
     assert screen_source(source).passed
 
 
+def test_adapt_kernel_annotates_forward_scalars_so_the_screen_sees_no_tensor_math(kernels):
+    # block_size as a forward scalar (a kernel's own problem passes it so): the launcher's
+    # `block_size < 1` check is plain Python, not a comparison on a tensor
+    scalars = sig(
+        [t("topk_ids", (5, 2), "int32"), s("block_size", 4), s("num_experts", 3)],
+        [o((24,), "int32"), o((6,), "int32"), o((1,), "int32")],
+    )
+    k = kernels["moe_align_block_size_atomic"]
+    source = adapt_kernel(k.path, k.meta, scalars, params={})
+    assert "def forward(self, topk_ids, block_size: int, num_experts: int):" in source
+    assert screen_source(source).passed
+    unannotated = source.replace("block_size: int, num_experts: int", "block_size, num_experts")
+    assert not screen_source(unannotated).passed
+
+
 def test_adapt_kernel_rejects_unknown_tuning_parameters(kernels):
     k = kernels["rms_norm_rowwise"]
     with pytest.raises(AdaptError, match=r"\['block_q'\] are not in the header's tuning"):
