@@ -103,16 +103,30 @@ def _numerics_variants(meta: Any) -> list[dict[str, Any]]:
     return [{}] + [{"round_act": v} for v in values[1:]]
 
 
-def _signature_shape(problem: Any) -> str | None:
-    """The shape whose inputs the adapter maps: for an own problem, the case naming most options.
+def _signature(scorer: Any, problem: Any) -> Any:
+    """The input signature the adapter maps; for an own problem, its richest shape's.
 
     The adapter maps one shape's inputs; an optional tensor that shape leaves at None (a
-    ``weighted: false`` case) would be left out of the candidate for every shape, so own problems
-    map the case with the most input_kwargs (``weighted: true``, a ``scale``). Others: the default.
+    ``weighted: false`` or ``affine: false`` case) would be left out of the candidate for every
+    shape. An own problem's shapes (each once, whatever its dtypes) are described in turn and
+    the one with the most tensors (then the most scalars given) is mapped. Others: the default.
     """
     if not problem.name.startswith("kernel."):
-        return None
-    return str(max(problem.shapes, key=lambda s: len(s.input_kwargs)).id)
+        return scorer.input_signature(problem)
+    best, best_key, seen = None, (-1, -1), set()
+    for shape in problem.shapes:
+        kwargs = json.dumps({k: v for k, v in shape.input_kwargs.items() if k != "dtype"},
+                            sort_keys=True)  # fmt: skip
+        if kwargs in seen:
+            continue
+        seen.add(kwargs)
+        signature = scorer.input_signature(problem, shape.id)
+        args = signature.forward_args
+        key = (sum(a.kind == "tensor" for a in args),
+               sum(a.kind == "scalar" and a.provided for a in args))  # fmt: skip
+        if key > best_key:
+            best, best_key = signature, key
+    return best
 
 
 def _row(kernel: str, origin: str, problem: str, result: Any) -> dict[str, Any]:
@@ -197,8 +211,20 @@ def merge(paths: list[Path], carry: list[Path], out: Path, note: str) -> dict[st
                       " (pairs this sweep did not re-run)"})  # fmt: skip
     for row in rows:
         row.setdefault("problem_kind", _kind(row))
+    # load order (by path, as a sweep visits them), family problems before the own one: the
+    # --top ranking breaks ties between kernels of one operator by row order
+    from aka.kb import load_kernels
+
+    kernels, _ = load_kernels(REPO / "reference_kernels")
+    position = {k.meta.id: i for i, k in enumerate(kernels)}
     order = {kind: i for i, kind in enumerate(KINDS)}
-    rows.sort(key=lambda r: (r["kernel"], order.get(_kind(r), 9), r["problem"]))
+    rows.sort(
+        key=lambda r: (
+            position.get(r["kernel"], len(position)),
+            order.get(_kind(r), 9),
+            r["problem"],
+        )
+    )
     base = files[0]
     record = {
         "benchmark": "kb_acceptance",
@@ -386,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             result, tuning, error = None, {}, None
             try:
                 if key not in signatures:
-                    signatures[key] = scorer.input_signature(problem, _signature_shape(problem))
+                    signatures[key] = _signature(scorer, problem)
                 for tuning in _numerics_variants(k.meta):
                     try:
                         source = adapt_kernel(k.path, k.meta, signatures[key], params=tuning)

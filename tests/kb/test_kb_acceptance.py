@@ -125,7 +125,7 @@ def test_merge_joins_shards_and_carries_only_pairs_not_rerun(tmp_path: Path) -> 
     kept = {(r["kernel"], r["problem"]): r for r in record["rows"]}
     assert kept[("a", "atrex30/p")]["verdict"] == "accepted"  # the new run wins
     assert kept[("c", "examples/q")]["carried_from"] == "2026-12-03T00:00:00+00:00"
-    assert [r["problem_kind"] for r in record["rows"]] == ["atrex30", "own", "examples"]
+    assert [r["problem_kind"] for r in record["rows"]] == ["atrex30", "examples", "own"]
     assert kept[("b", "own/kernel.b")]["verdict"] == "wrong_output"  # a later file's re-run wins
     assert len(record["rows"]) == 3 and record["summary"]["accepted_on_a_problem"] == 2
     assert json.loads(out.read_text())["note"] == "a note"
