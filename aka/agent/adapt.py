@@ -37,6 +37,7 @@ from aka.agent.unify import (
 )
 from aka.bench import ArgInfo, InputSignature, TensorInfo
 from aka.core import AgentError
+from aka.core.pyparse import parse_module
 from aka.spec import KernelMeta, read_source_facts
 from aka.spec.kernel_meta import ScalarArgSpec, TensorArgSpec, parse_dim
 
@@ -523,7 +524,7 @@ def map_arguments(
 # ------------------------------------------------------------------ code generation
 def _module_body(text: str, path: Path) -> tuple[str, str]:
     """The kernel file without its docstring and reference helpers; and the docstring paragraph."""
-    tree = ast.parse(text, filename=str(path))
+    tree = parse_module(text, filename=str(path))
     for node in ast.walk(tree):
         module = None
         if isinstance(node, ast.ImportFrom):
@@ -617,7 +618,7 @@ def _typed_params(signature: InputSignature) -> str:
     if not scalars:
         return text
     try:
-        fn = ast.parse(f"def forward({text}):\n    pass\n").body[0]
+        fn = parse_module(f"def forward({text}):\n    pass\n").body[0]
     except SyntaxError:
         return text
     if not isinstance(fn, ast.FunctionDef):

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from aka.agent.records import Proposal
+from aka.core.pyparse import parse_module
 
 __all__ = [
     "DEFAULT_FAMILY",
@@ -116,7 +117,7 @@ def find_code_blocks(text: str) -> list[CodeBlock]:
 def defines_model_new(code: str) -> bool:
     """Whether ``code`` defines ``class ModelNew`` at module level (by AST, else by text)."""
     try:
-        tree = ast.parse(code)
+        tree = parse_module(code)
     except SyntaxError:
         return _MODEL_NEW.search(code) is not None
     return any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)

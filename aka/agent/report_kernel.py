@@ -32,6 +32,7 @@ from aka.agent.report_data import (
 )
 from aka.bench import ShapeResult
 from aka.core.errors import AgentError, SpecError
+from aka.core.pyparse import parse_module
 from aka.hardware import match_profile
 from aka.spec import (
     Arch,
@@ -101,7 +102,7 @@ def _expr_dtype(node: ast.expr | None) -> DType | None:
 def _find_function(code: str, name: str) -> ast.FunctionDef | None:
     """The top-level function ``name`` in ``code``; None when absent or ``code`` does not parse."""
     try:
-        tree = ast.parse(code)
+        tree = parse_module(code)
     except SyntaxError:
         return None
     return next(
@@ -198,7 +199,7 @@ def _snake_id(text: str) -> str:
 
 def _parse_kernel(source: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return parse_module(source)
     except SyntaxError as err:
         raise AgentError(
             f"kernel source does not parse (line {err.lineno}: {err.msg}); only a candidate the "

@@ -105,6 +105,7 @@ from aka.bench.screen_vocab import (
     name_rule,
     torch_computes,
 )
+from aka.core.pyparse import parse_module
 
 __all__ = ["ScreenReport", "screen_source"]
 
@@ -552,7 +553,7 @@ def screen_source(
     Raises:
         SyntaxError: The source does not parse (the pipeline reports it as ``compile_error``).
     """
-    tree = ast.parse(source, filename=filename)
+    tree = parse_module(source, filename=filename)
     screen = _Screen(tree, allow_tf32=allow_tf32)
     kinds = screen.kernel_kinds()
     if screen.entry is None:

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from aka.core import SpecError
+from aka.core.pyparse import parse_module
 from aka.spec import KernelMeta, ProblemSpec, parse_op_yaml_text
 
 __all__ = ["KERNEL_PROBLEM_PREFIX", "kernel_problem", "kernel_problem_yaml"]
@@ -122,7 +123,7 @@ def _reference_closure(
     The statements come in file order; the flag says whether they bind ``torch`` (else the
     generated code imports it).
     """
-    tree = ast.parse(text, filename=source)
+    tree = parse_module(text, filename=source)
     body = [
         s
         for s in tree.body
@@ -209,7 +210,7 @@ def _uses_autograd(code: str) -> bool:
 
 def _make_inputs_call(text: str, source: str) -> tuple[bool, bool]:
     """Whether the kernel's ``make_inputs`` takes a dtype (second parameter) and a device."""
-    tree = ast.parse(text, filename=source)
+    tree = parse_module(text, filename=source)
     fn = next(s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "make_inputs")
     names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     return len(names) >= 2 and names[1] != "device", "device" in names

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from aka.core.errors import SpecError
+from aka.core.pyparse import parse_module
 from aka.kb.chunk import Chunk, MetaValue, flag_metadata
 from aka.kb.schema import DocKind, DocMeta, Layer
 from aka.spec import KernelMeta, kernel_header, read_source_facts, split_front_matter
@@ -307,7 +308,7 @@ def kernel_chunks(kernel: LoadedKernel) -> list[Chunk]:
         )
 
     chunks = [make("header", header)]
-    for node in ast.parse(kernel.text).body:
+    for node in parse_module(kernel.text).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
             segment = ast.get_source_segment(kernel.text, node) or ""
             chunks.append(make(node.name, f"{meta.title} - {node.name}\n{segment}"))

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aka.core import SpecError
+from aka.core.pyparse import parse_module
 from aka.kb.chunk import Chunk, MetaValue, content_hash
 from aka.kb.schema import Layer
 
@@ -406,7 +407,7 @@ def _python_segments(source: str, lines: list[str]) -> list[_Segment]:
     try:
         with warnings.catch_warnings():  # upstream "\d" escapes: SyntaxWarning noise, not ours
             warnings.simplefilter("ignore")
-            tree = ast.parse(source)
+            tree = parse_module(source)
     except (SyntaxError, ValueError):
         return [_Segment("<module>", 1, len(lines))]
     defs: list[_Segment] = []

@@ -13,6 +13,8 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 
+from aka.core.pyparse import parse_expression
+
 __all__ = ["evaluate_quantity"]
 
 _BINOPS: dict[type[ast.operator], Callable[[float, float], float]] = {
@@ -76,7 +78,7 @@ def evaluate_quantity(value: float | int | str, names: Mapping[str, object]) -> 
         result = float(value)
     else:
         try:
-            tree = ast.parse(value, mode="eval")
+            tree = parse_expression(value)
         except SyntaxError as err:
             raise ValueError(f"cannot parse expression {value!r}: {err.msg}") from err
         try:

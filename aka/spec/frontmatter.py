@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from aka.core.errors import SpecError
+from aka.core.pyparse import parse_module
 
 __all__ = ["kernel_header", "split_front_matter"]
 
@@ -57,7 +58,7 @@ def kernel_header(source_text: str, *, source: str) -> tuple[dict[str, Any], str
         SpecError: The file does not parse, or has no docstring with front matter.
     """
     try:
-        tree = ast.parse(source_text, filename=source)
+        tree = parse_module(source_text, filename=source)
     except SyntaxError as err:
         raise SpecError(
             f"Python syntax error at line {err.lineno}: {err.msg}", file=source

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from aka.core.pyparse import parse_module
+
 __all__ = ["Signature", "SourceFacts", "read_source_facts"]
 
 
@@ -56,7 +58,7 @@ def read_source_facts(source: str, filename: str = "<source>") -> SourceFacts:
     Raises:
         SyntaxError: The source does not parse (callers turn it into a SpecError).
     """
-    tree = ast.parse(source, filename=filename)
+    tree = parse_module(source, filename=filename)
     functions: dict[str, Signature] = {}
     classes: dict[str, dict[str, Signature]] = {}
     for node in tree.body:

@@ -32,7 +32,7 @@ def test_a_rounding_knob_is_tried_both_ways_and_other_knobs_are_not() -> None:
 
 
 @pytest.mark.slow
-def test_a_cpu_run_scores_a_kernel_on_the_atrex30_and_example_problems(tmp_path: Path) -> None:
+def test_a_cpu_run_scores_a_kernel_on_its_family_problems_and_its_own(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "kb_acceptance.py"), "--device", "cpu",
          "--kernels", "silu_and_mul_rowwise", "--out", str(tmp_path)],
@@ -41,7 +41,14 @@ def test_a_cpu_run_scores_a_kernel_on_the_atrex30_and_example_problems(tmp_path:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     record = json.loads((tmp_path / "kb_acceptance_cpu.json").read_text())
     rows = {r["problem"]: r for r in record["rows"]}
-    assert set(rows) == {"atrex30/silu_and_mul", "examples/silu_and_mul"}
+    own = "own/kernel.silu_and_mul_rowwise"
+    assert set(rows) == {"atrex30/silu_and_mul", "examples/silu_and_mul", own}
+    assert [r["problem"] for r in record["rows"]][-1] == own  # family problems are scored first
+    assert {p: r["problem_kind"] for p, r in rows.items()} == {
+        "atrex30/silu_and_mul": "atrex30",
+        "examples/silu_and_mul": "examples",
+        own: "own",
+    }
     assert all(r["kernel"] == "silu_and_mul_rowwise" for r in rows.values())
     # accepted on both; the other rounding is tried only when the default one is rejected (with
     # the interpreter rounding bf16 as a GPU does, the default passes the fp32-computed example)
