@@ -38,21 +38,13 @@ from aka.agent.unify import (
 from aka.bench import ArgInfo, InputSignature, TensorInfo
 from aka.core import AgentError
 from aka.core.pyparse import parse_module
-from aka.spec import KernelMeta, read_source_facts
+from aka.spec import TORCH_DTYPE_NAMES, KernelMeta, read_source_facts
 from aka.spec.kernel_meta import ScalarArgSpec, TensorArgSpec, parse_dim
 
 __all__ = ["AdaptError", "AdaptPlan", "TensorBinding", "adapt_kernel", "map_arguments"]
 
 _FLOATS = frozenset({"fp64", "fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"})
 _INTS = frozenset({"int64", "int32", "int16", "int8", "uint8"})
-_TORCH_DTYPES = {
-    "fp64": "float64",
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "fp8_e4m3fn": "float8_e4m3fn",
-    "fp8_e5m2": "float8_e5m2",
-}
 _STRIPPED = frozenset({"reference", "make_inputs"})
 _MAX_NODES = 20000
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
@@ -595,7 +587,7 @@ def _param_init(t: TensorInfo, init: list[ArgInfo]) -> str:
             None,
         )
         dims.append(match or str(size))
-    dtype = _TORCH_DTYPES.get(t.dtype, t.dtype)
+    dtype = TORCH_DTYPE_NAMES.get(t.dtype, t.dtype)  # type: ignore[call-overload]
     empty = f"torch.empty(({', '.join(dims)}{',' if len(dims) == 1 else ''}), dtype=torch.{dtype})"
     if t.kind == "buffer":
         return f"        self.register_buffer({t.name!r}, {empty})"

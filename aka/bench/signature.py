@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aka.core import SpecError
-from aka.spec import ProblemSpec, ShapeCase, Split
+from aka.spec import TORCH_DTYPE_NAMES, ProblemSpec, ShapeCase, Split
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,20 +39,7 @@ ScalarValue = int | float | bool | str | None
 ArgKind = Literal["tensor", "scalar", "none", "other"]
 
 #: torch dtype (as ``str(dtype)`` without ``torch.``) -> the short names of ``aka.spec.DType``.
-_DTYPE_NAMES = {
-    "float64": "fp64",
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float8_e4m3fn": "fp8_e4m3fn",
-    "float8_e5m2": "fp8_e5m2",
-    "int64": "int64",
-    "int32": "int32",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
+_DTYPE_NAMES = {torch_name: dtype.value for dtype, torch_name in TORCH_DTYPE_NAMES.items()}
 
 
 class _Model(BaseModel):

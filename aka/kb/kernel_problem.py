@@ -30,7 +30,7 @@ import yaml
 
 from aka.core import SpecError
 from aka.core.pyparse import parse_module
-from aka.spec import KernelMeta, ProblemSpec, parse_op_yaml_text
+from aka.spec import TORCH_DTYPE_NAMES, KernelMeta, ProblemSpec, parse_op_yaml_text
 
 __all__ = ["KERNEL_PROBLEM_PREFIX", "kernel_problem", "kernel_problem_yaml"]
 
@@ -38,20 +38,6 @@ __all__ = ["KERNEL_PROBLEM_PREFIX", "kernel_problem", "kernel_problem_yaml"]
 KERNEL_PROBLEM_PREFIX = "kernel."
 _GENERATED = ("Model", "_make_inputs", "_KP_DTYPES")
 _KERNEL_DECORATORS = frozenset({"jit", "autotune", "heuristics"})
-_TORCH_DTYPES = {
-    "fp64": "float64",
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "fp8_e4m3fn": "float8_e4m3fn",
-    "fp8_e5m2": "float8_e5m2",
-    "int64": "int64",
-    "int32": "int32",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
 
 
 def _walk_top(stmt: ast.stmt) -> list[ast.AST]:
@@ -263,7 +249,7 @@ def kernel_problem_yaml(path: Path, meta: KernelMeta, text: str | None = None) -
         )
     else:
         body = f"        return {call}"
-    table = ", ".join(f'"{k}": torch.{v}' for k, v in _TORCH_DTYPES.items())
+    table = ", ".join(f'"{k}": torch.{v}' for k, v in TORCH_DTYPE_NAMES.items())
     device_kw = ", device=device" if takes_device else ""
     move = (
         ""

@@ -26,6 +26,7 @@ from aka.spec.pysource import Signature, SourceFacts, read_source_facts
 from aka.spec.schema import op_yaml_json_schema
 from aka.spec.suite import SuiteOperator, SuiteSpec, UncoveredOp, builtin_suites, load_suite
 from aka.spec.vocab import (
+    TORCH_DTYPE_NAMES,
     Arch,
     ComputeUnit,
     Dsl,
@@ -38,6 +39,7 @@ from aka.spec.vocab import (
 )
 
 __all__ = [
+    "TORCH_DTYPE_NAMES",
     "Arch",
     "CATEGORIES",
     "CodeRef",

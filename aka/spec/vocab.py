@@ -8,6 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "TORCH_DTYPE_NAMES",
     "Arch",
     "ComputeUnit",
     "DType",
@@ -111,6 +112,23 @@ class DType(StrEnum):
     INT8 = "int8"
     UINT8 = "uint8"
     BOOL = "bool"
+
+
+#: Each ``DType``'s torch name (``torch.<name>``); the one table of this mapping in aka.
+TORCH_DTYPE_NAMES: dict[DType, str] = {
+    DType.FP64: "float64",
+    DType.FP32: "float32",
+    DType.FP16: "float16",
+    DType.BF16: "bfloat16",
+    DType.FP8_E4M3FN: "float8_e4m3fn",
+    DType.FP8_E5M2: "float8_e5m2",
+    DType.INT64: "int64",
+    DType.INT32: "int32",
+    DType.INT16: "int16",
+    DType.INT8: "int8",
+    DType.UINT8: "uint8",
+    DType.BOOL: "bool",
+}
 
 
 class ComputeUnit(StrEnum):
