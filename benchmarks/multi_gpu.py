@@ -51,7 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from service_gpu import follow, free_port, wait_healthy  # noqa: E402 - after the path
+from service_gpu import follow, free_port, make_token, wait_healthy  # noqa: E402 - after the path
 
 RMS_NORM = REPO / "configs" / "examples" / "rms_norm"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -323,9 +323,7 @@ def part_b(args: argparse.Namespace, work: Path, gpus: list[str]) -> dict[str, A
         AKA_AGENT__NCU="false",
     )
     aka = [sys.executable, "-m", "aka"]
-    made = subprocess.run([*aka, "token", "create", "--name", "bench", "--scopes", "read,submit"],
-                          env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
-    token = made.stdout.strip().splitlines()[-1].split()[-1]
+    token = make_token(env)
     headers = {"Authorization": f"Bearer {token}"}
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -40,6 +40,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def make_token(env: dict[str, str]) -> str:
+    """A ``read,submit`` token from ``aka token create`` for the service that ``env`` configures."""
+    made = subprocess.run(
+        [sys.executable, "-m", "aka", "token", "create", "--name", "bench", "--scopes", "read,submit"],
+        env=env, capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    return made.stdout.strip().splitlines()[-1].split()[-1]
+
+
 def wait_healthy(base: str, server: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Wait for ``aka serve`` at ``base`` to answer /healthz.
 
@@ -97,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     }
     aka = [sys.executable, "-m", "aka"]
-    made = subprocess.run([*aka, "token", "create", "--name", "bench", "--scopes", "read,submit"],
-                          env=env, capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
-    token = made.stdout.strip().splitlines()[-1].split()[-1]
+    token = make_token(env)
     headers = {"Authorization": f"Bearer {token}"}
     port = free_port()
     base = f"http://127.0.0.1:{port}"
