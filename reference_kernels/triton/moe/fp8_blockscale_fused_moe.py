@@ -30,7 +30,8 @@ returns: [{name: out, shape: [T, H], dtype: bf16}]
 problem:
   shapes: [{tokens: 3, hidden: 200, inter: 96, experts: 5, top_k: 3}]
   dtypes: [bf16]
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fp8_blockscale_fused_moe/0, dtype: fp8_e4m3fn, latency_us: 9706.2721, sol_fraction: 0.1719, date: '2026-12-04'}
 ---
 DeepSeek-style FP8 MoE, all quantisation NVIDIA e4m3fn (max 448, scale = absmax / 448): x (T, H) per
 1x128 token group with scales (T, H/128), W1 (E, 2I, H) and W2 (E, H, I) per 128x128 block with fp32

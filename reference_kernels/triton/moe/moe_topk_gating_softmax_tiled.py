@@ -25,7 +25,8 @@ returns:
 problem:
   shapes: [{tokens: 7, experts: 24, top_k: 5}, {tokens: 3, experts: 128, top_k: 8, renormalize: true}]
   dtypes: [fp32, bf16]
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: moe_topk_gating_softmax/0, dtype: fp32, latency_us: 5.632, sol_fraction: 0.5284, date: '2026-12-04'}
 ---
 Router of a mixture of experts with atrex30's moe_topk_gating_softmax semantics: probabilities =
 softmax over the E experts in fp32, then the k largest per token in descending order (ties to the

@@ -32,7 +32,8 @@ problem:
   dtypes: [fp32, bf16]
   atol: 0.02
   rtol: 0.02
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_qk_rmsnorm/0, dtype: fp16, latency_us: 3.68, sol_fraction: 0.7652, date: '2026-12-04'}
 ---
 atrex30 fused_qk_rmsnorm: each token's packed row holds [q heads | k heads | v heads] of D values;
 every q and k head is normalised on its own, x * rsqrt(mean(x^2) + eps) in fp32, ROUNDED to the

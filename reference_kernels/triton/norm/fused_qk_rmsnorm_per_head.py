@@ -30,7 +30,8 @@ problem:
   dtypes: [bf16, fp16]
   atol: 0.02
   rtol: 0.02
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_qk_rmsnorm/0, dtype: fp16, latency_us: 3.904, sol_fraction: 0.7295, date: '2026-12-04'}
 ---
 The q/k norm of Qwen3-style attention (atrex30 fused_qk_rmsnorm): each token's packed row holds
 [q heads | k heads | v heads] of D values each; every q and k head is normalised on its own,

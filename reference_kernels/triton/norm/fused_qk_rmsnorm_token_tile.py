@@ -32,7 +32,8 @@ problem:
   dtypes: [bf16, fp16]
   atol: 0.02
   rtol: 0.02
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: fused_qk_rmsnorm/0, dtype: fp16, latency_us: 6.784, sol_fraction: 0.4434, date: '2026-12-04'}
 ---
 The q/k norm of Qwen3-style attention (atrex30 fused_qk_rmsnorm) with one program per token. The q
 and k heads are adjacent in the packed row [q | k | v], so the program loads them as ONE 2-D tile
