@@ -270,6 +270,7 @@ def test_causal_conv1d_channel_tiled_extreme_tuning_and_validation(load_kernel, 
 UPDATE_CASES = [
     {"batch": 3, "dim": 100},  # plain decode, state of W - 1
     {"batch": 3, "dim": 40, "steps": 3, "state_len": 6, "indices": [2, -1, 0]},
+    {"batch": 3, "dim": 40, "state_len": 6, "indices": [2, -1, 0]},  # the own problem's (B, C) form
 ]
 
 

@@ -274,3 +274,19 @@ def test_mish_is_stable_in_both_tails(load_kernel):
     out = mod.mish_softplus_stable(x)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, mod.reference(x), atol=1e-12, rtol=1e-5)
+
+
+def test_embedding_bag_refilled_inputs_keep_a_valid_structure(load_kernel):
+    # the scorer refills the inputs with another seed's values at the same addresses
+    mod = _load(load_kernel, "embedding_bag_sum_offsets")
+    shape = {"vocab": 50, "dim": 100, "bags": 6, "max_bag": 12}
+    torch.manual_seed(1)
+    first = mod.make_inputs(shape, torch.float32)
+    torch.manual_seed(2)
+    second = mod.make_inputs(shape, torch.float32)
+    for key, value in first.items():
+        if torch.is_tensor(value):
+            assert value.shape == second[key].shape
+            value.copy_(second[key])
+    out = mod.embedding_bag_sum_offsets(**first)
+    _check(out, mod.reference(**second), torch.float32)

@@ -188,13 +188,14 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return inputs for ``{"tokens", "heads", "head_dim", "block_size"}``.
 
     key/value ~ N(0, 1); zeroed caches with one spare block; slots a random permutation of the
-    cache's slots with every fifth token marked as padding (-1); scales 0.006 (the largest keys
-    saturate at 448) and 0.05 (values spread over the e4m3 range).
+    cache's slots with every fifth token from the third on marked as padding (-1), so that even a
+    single token is written; scales 0.006 (the largest keys saturate at 448) and 0.05 (values
+    spread over the e4m3 range).
     """
     t, h, d, bs = shape["tokens"], shape["heads"], shape["head_dim"], shape["block_size"]
     blocks = -(-t // bs) + 1
     slots = torch.randperm(blocks * bs, device=device)[:t]
-    slots[::5] = -1
+    slots[2::5] = -1
     cache = torch.zeros(blocks, bs, h, d, device=device).to(torch.float8_e4m3fn)
     return {
         "key": torch.randn(t, h, d, device=device).to(dtype),

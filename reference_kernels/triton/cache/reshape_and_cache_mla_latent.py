@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{tokens: 11, kv_lora_rank: 48, rope_dim: 16, block_size: 4}]
   dtypes: [fp32]
+  in_place: [kv_cache]
 measured: []
 ---
 The KV-cache write of multi-head latent attention (DeepSeek-V2/V3): a token caches no per-head K and
@@ -151,11 +152,11 @@ def reshape_and_cache_mla_latent(
 def reference(
     kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> torch.Tensor:
-    """Return an updated copy of the cache (the input is left untouched)."""
-    out = kv_cache.clone()
+    """Write the kept tokens' rows into the cache in place (as the kernel does); return it."""
     keep = slot_mapping >= 0
-    out.view(-1, out.shape[2])[slot_mapping[keep].long()] = torch.cat([kv_c, k_pe], dim=1)[keep]
-    return out
+    rows = kv_cache.view(-1, kv_cache.shape[2])
+    rows[slot_mapping[keep].long()] = torch.cat([kv_c, k_pe], dim=1)[keep]
+    return kv_cache
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:

@@ -25,7 +25,7 @@ returns:
   - {name: out, shape: [B, C], dtype: x}
   - {name: conv_state, alias: conv_state}
 problem:
-  shapes: [{batch: 3, dim: 100}, {batch: 3, dim: 40, steps: 3, state_len: 6, indices: [2, -1, 0]}]
+  shapes: [{batch: 3, dim: 100}, {batch: 3, dim: 40, state_len: 6, indices: [2, -1, 0]}]
   dtypes: [fp32, bf16]
   atol: 0.02
   rtol: 0.02

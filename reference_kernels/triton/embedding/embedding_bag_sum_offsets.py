@@ -172,10 +172,14 @@ def reference(
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return inputs for ``{"vocab", "dim", "bags", "max_bag"}`` (+ ``"mode"``).
 
-    Bag sizes are uniform in 0..max_bag (empty bags included); weight ~ N(0, 1) in ``dtype``.
+    L = bags * max_bag // 2 ids (a fixed count, so every seed gives the same shapes) are cut into
+    bags at sorted uniform offsets in [0, L] (offsets[0] = 0; equal cuts make empty bags);
+    weight ~ N(0, 1) in ``dtype``.
     """
-    sizes = torch.randint(0, shape["max_bag"] + 1, (shape["bags"],), device=device)
-    offsets = torch.cumsum(sizes, 0) - sizes  # exclusive scan: offsets[0] = 0
-    ids = torch.randint(0, shape["vocab"], (int(sizes.sum()),), device=device)
+    bags = shape["bags"]
+    total = bags * shape["max_bag"] // 2
+    cuts = torch.randint(0, total + 1, (bags - 1,), device=device).sort().values
+    offsets = torch.cat([torch.zeros(1, dtype=cuts.dtype, device=device), cuts])
+    ids = torch.randint(0, shape["vocab"], (total,), device=device)
     weight = torch.randn(shape["vocab"], shape["dim"], device=device).to(dtype)
     return {"input": ids, "weight": weight, "offsets": offsets, "mode": shape.get("mode", "sum")}

@@ -239,24 +239,33 @@ def reference(
 
 
 def _align(topk_ids: torch.Tensor, num_experts: int, block_size: int) -> tuple[torch.Tensor, ...]:
-    """Return moe_align_block_size's (sorted_token_ids, expert_ids, num_tokens_post_padded)."""
+    """Return moe_align_block_size's (sorted_token_ids, expert_ids, num_tokens_post_padded).
+
+    As vLLM allocates them, the buffers have the worst-case length numel + E * (block_size - 1)
+    (rounded up to a block) for any routing: the tail past num_tokens_post_padded holds the
+    sentinel, and its blocks expert -1. So the tensor shapes depend only on the problem's sizes.
+    """
     flat = topk_ids.reshape(-1).long()
     counts = torch.bincount(flat, minlength=num_experts)
     padded = (counts + block_size - 1) // block_size * block_size
     total = int(padded.sum())
-    sorted_ids = torch.full((total,), flat.numel(), dtype=torch.int32)
+    capacity = -(-(flat.numel() + num_experts * (block_size - 1)) // block_size) * block_size
+    sorted_ids = torch.full((capacity,), flat.numel(), dtype=torch.int32)
     starts = torch.cumsum(padded, 0) - padded
     order = torch.argsort(flat, stable=True)
     rank = torch.arange(flat.numel()) - (torch.cumsum(counts, 0) - counts)[flat[order]]
     sorted_ids[starts[flat[order]] + rank] = order.to(torch.int32)
-    expert_ids = torch.repeat_interleave(torch.arange(num_experts), padded // block_size)
-    return sorted_ids, expert_ids.to(torch.int32), torch.tensor([total], dtype=torch.int32)
+    expert_ids = torch.full((capacity // block_size,), -1, dtype=torch.int32)
+    used = torch.repeat_interleave(torch.arange(num_experts), padded // block_size)
+    expert_ids[: used.numel()] = used.to(torch.int32)
+    return sorted_ids, expert_ids, torch.tensor([total], dtype=torch.int32)
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return inputs for ``{"tokens", "k_dim", "n", "experts", "top_k", "block_size"}``.
 
-    a ~ N(0, 1), w ~ N(0, 1) * K^-1/2, uniform routing aligned as moe_align_block_size does;
+    a ~ N(0, 1), w ~ N(0, 1) * K^-1/2, uniform routing aligned as moe_align_block_size does (in
+    worst-case-length buffers, so every seed gives the same tensor shapes);
     ``"weighted"`` adds softmax routing weights.
     """
     t, kd, n, e, k, bs = (shape[key] for key in ("tokens", "k_dim", "n", "experts", "top_k",

@@ -162,18 +162,21 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return inputs for ``{"tokens", "top_k", "experts", "hidden", "block_size"}``.
 
     The pairs get random experts and are laid out expert-major with padding to block_size (the
-    sentinel T * k), as moe_align_block_size would; padding rows hold garbage (must be ignored).
+    sentinel T * k), as moe_align_block_size would, in a buffer of its worst-case length T * k +
+    E * (block_size - 1) (the tail is padding too), so every seed gives the same shapes; padding
+    rows hold garbage (must be ignored).
     """
     t, k, e = shape["tokens"], shape["top_k"], shape["experts"]
     h, bs = shape["hidden"], shape["block_size"]
     flat = torch.randint(0, e, (t * k,), device=device)
-    pieces = []
+    capacity = t * k + e * (bs - 1)
+    sorted_ids = torch.full((capacity,), t * k, dtype=torch.int32, device=device)
+    used = 0
     for expert in range(e):
         pairs = (flat == expert).nonzero().flatten().to(torch.int32)
-        pad = (-pairs.numel()) % bs
-        pieces += [pairs, torch.full((pad,), t * k, dtype=torch.int32, device=device)]
-    sorted_ids = torch.cat(pieces)
-    permuted = (torch.randn(sorted_ids.numel(), h, device=device) * 0.02).to(dtype)
+        sorted_ids[used : used + pairs.numel()] = pairs
+        used += pairs.numel() + (-pairs.numel()) % bs
+    permuted = (torch.randn(capacity, h, device=device) * 0.02).to(dtype)
     permuted[sorted_ids == t * k] = 100.0  # garbage in padding rows
     weights = torch.softmax(torch.randn(t, k, device=device), dim=-1)
     return {"permuted": permuted, "sorted_token_ids": sorted_ids, "topk_weights": weights}

@@ -32,6 +32,7 @@ returns:
 problem:
   shapes: [{n: 3000, step: 1}, {n: 77}]
   dtypes: [fp32]
+  in_place: [params, exp_avg, exp_avg_sq]
 measured: []
 ---
 torch.optim.AdamW's update for one step (step >= 1 counts this update), fused: p *= 1 - lr * wd
@@ -162,12 +163,19 @@ def reference(
     weight_decay: float = 1e-2,
     step: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Return updated copies ``(params, exp_avg, exp_avg_sq)`` by torch's AdamW formulas."""
+    """Do the same step by torch's AdamW formulas, in place, and return the three state tensors.
+
+    ``params``, ``exp_avg`` and ``exp_avg_sq`` are overwritten with their updated values, as the
+    kernel does (the problem declares them ``in_place``; the scorer compares them after the call).
+    """
     p = params * (1.0 - lr * weight_decay)
     m = exp_avg.lerp(grads, 1.0 - beta1)
     v = exp_avg_sq * beta2 + (1.0 - beta2) * grads * grads
     denom = v.sqrt() / math.sqrt(1.0 - beta2**step) + eps
-    return p - (lr / (1.0 - beta1**step)) * m / denom, m, v
+    params.copy_(p - (lr / (1.0 - beta1**step)) * m / denom)
+    exp_avg.copy_(m)
+    exp_avg_sq.copy_(v)
+    return params, exp_avg, exp_avg_sq
 
 
 def make_inputs(shape: dict, dtype: torch.dtype = torch.float32, device: str = "cpu") -> dict:

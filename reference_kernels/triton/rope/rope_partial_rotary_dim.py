@@ -33,6 +33,7 @@ problem:
   dtypes: [fp32, bf16]
   atol: 0.02
   rtol: 0.02
+  in_place: [q, k]
 measured: []
 ---
 Partial-rotary neox RoPE (GPT-NeoX / Phi / StableLM / GLM apply it to only part of each head): for
@@ -161,7 +162,7 @@ def reference(
     rotary_dim: int,
     base: float = 10000.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return rotated copies of q and k (fp32 math, cast back), leaving the inputs unchanged."""
+    """Rotate q and k in place, as the kernel does (fp32 math, cast back); return them."""
     half = rotary_dim // 2
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
     angle = (positions.double()[:, None] * inv_freq.to(positions.device)).float()[:, None, :]
@@ -172,7 +173,9 @@ def reference(
         x1, x2, rest = xf[..., :half], xf[..., half:rotary_dim], xf[..., rotary_dim:]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1).to(x.dtype)
 
-    return rotate(q), rotate(k)
+    q.copy_(rotate(q))
+    k.copy_(rotate(k))
+    return q, k
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:

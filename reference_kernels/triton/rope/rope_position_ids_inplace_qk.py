@@ -29,6 +29,7 @@ dims:
 problem:
   shapes: [{tokens: 3, heads: 6, kv_heads: 2, head_dim: 64}, {tokens: 2, heads: 4, kv_heads: 4, head_dim: 48, rot_dim: 24}]
   dtypes: [fp32, bf16]
+  in_place: [q, k]
 measured: []
 ---
 vLLM-style rotary_embedding(positions, query, key, cos_sin_cache), neox layout, in place: for token
@@ -165,7 +166,7 @@ def rope_position_ids_inplace_qk(
 def reference(
     positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return rotated copies of q and k (fp32 math, cast back); the inputs are not modified."""
+    """Rotate q and k in place, as the kernel does (fp32 math, cast back); return them."""
     half = cos_sin_cache.shape[-1] // 2
     cs = cos_sin_cache[positions.long()].float()[:, None, :]  # (T, 1, R)
     cos, sin = cs[..., :half], cs[..., half:]
@@ -177,7 +178,9 @@ def reference(
         xf[..., half : 2 * half] = x2 * cos + x1 * sin
         return xf.to(x.dtype)
 
-    return rotate(q), rotate(k)
+    q.copy_(rotate(q))
+    k.copy_(rotate(k))
+    return q, k
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
