@@ -136,3 +136,25 @@ def test_merge_joins_shards_and_carries_only_pairs_not_rerun(tmp_path: Path) -> 
     assert kept[("b", "own/kernel.b")]["verdict"] == "wrong_output"  # a later file's re-run wins
     assert len(record["rows"]) == 3 and record["summary"]["accepted_on_a_problem"] == 2
     assert json.loads(out.read_text())["note"] == "a note"
+
+
+def test_measured_entries_do_not_count_against_the_kernel_line_cap(tmp_path: Path) -> None:
+    src = REPO / "reference_kernels" / "triton" / "norm" / "rms_norm_rowwise.py"
+    copy = tmp_path / "triton" / "norm" / "rms_norm_rowwise.py"
+    copy.parent.mkdir(parents=True)
+    text = src.read_text(encoding="utf-8").rstrip("\n") + "\n"
+    measured_now = text.count("\n  - {device:")
+    # pad the code to exactly the cap (400 lines besides the header's measured entries)
+    pad = 400 - (text.count("\n") + 1 - measured_now)
+    assert pad > 0
+    copy.write_text(text + "# pad\n" * (pad - 1) + "# last\n", encoding="utf-8")
+    assert load_kernels(tmp_path)[1] == []
+    shapes = [f"rms_norm/pad{i}" for i in range(3)]
+    entries = [{"device": "NVIDIA H200", "shape": s, "dtype": "bf16", "latency_us": 1.0,
+                "sol_fraction": 0.5, "date": "2026-12-04"} for s in shapes]  # fmt: skip
+    assert _module().apply_measured([{"kernel": "rms_norm_rowwise", "measured": entries}],
+                                    {"rms_norm_rowwise": copy}) == 3  # fmt: skip
+    assert load_kernels(tmp_path)[1] == []  # three header lines longer, still within the cap
+    copy.write_text(copy.read_text(encoding="utf-8") + "# one code line too many\n")
+    (problem,) = load_kernels(tmp_path)[1]
+    assert "over 400 lines" in problem
