@@ -207,6 +207,45 @@ def _run_one(
     return CallFacts(structure, tensors, inplace, mutated, live)
 
 
+def input_layout(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Each input's shape and dtype (a tensor) or value (a scalar): what a refill must keep."""
+    import torch
+
+    return {
+        name: (tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else v
+        for name, v in inputs.items()
+        if isinstance(v, torch.Tensor) or v is None or isinstance(v, int | float | bool | str)
+    }
+
+
+def check_seed_independent_layout(shape_id: str, layouts: dict[int, dict[str, Any]]) -> None:
+    """Refuse a problem whose inputs' shapes, dtypes or scalars change with the seed.
+
+    The candidate worker's repeat probe copies another seed's values into the first seed's
+    tensors (same addresses) to catch outputs cached by address; a tensor whose shape differs
+    cannot be refilled and would silently keep the old values (a confusing wrong or stale
+    output, or a cache left undetected).
+
+    Raises:
+        ValueError: Two seeds give different layouts; names the input and what to do.
+    """
+    if not layouts:
+        return
+    (first_seed, first), *rest = layouts.items()
+    for seed, layout in rest:
+        for name in sorted(set(first) | set(layout), key=str):
+            a, b = first.get(name, "absent"), layout.get(name, "absent")
+            if a != b:
+                raise ValueError(
+                    f"shape '{shape_id}': input '{name}' is {a} for seed {first_seed} but {b} "
+                    f"for seed {seed}: make_inputs must give every input the same shape, dtype "
+                    "and scalar value for every seed of a shape (the scorer refills one seed's "
+                    "tensors with another's values at the same addresses); draw index "
+                    "structures of a size fixed by the shape (pad with sentinels) and pass sizes "
+                    "that depend on the data as shape parameters"
+                )
+
+
 def run_reference(
     task: dict[str, Any], rt: ProblemRuntime, ev: EventLog, workdir: Path
 ) -> dict[str, Any]:
@@ -215,12 +254,15 @@ def run_reference(
     for i, shape in enumerate(task["shapes"]):
         ev.emit("reference", shape_id=shape["id"], done=i, total=len(task["shapes"]))
         files, costs, model = {}, None, None
+        layouts: dict[int, dict[str, Any]] = {}
         for seed in [] if task.get("costs_only") else task["seeds"]:
             model = rt.build_model(rt.reference.Model, shape, seed)
             call = _run_one(model, rt, shape, seed, task["problem"]["in_place"], 0)
             path = workdir / f"ref_{i}_{seed}.pt"
             _save(path, call.structure, call.tensors, call.inplace)
             files[str(seed)] = path.name
+            layouts[seed] = input_layout(call.inputs)
+        check_seed_independent_layout(shape["id"], layouts)
         if task.get("count_costs"):
             costs = _count_costs(rt, shape, task)
         args, kwargs = rt.make_inputs(shape, task["seeds"][0])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from aka.bench import Scorer, Verdict
-from aka.core import BenchConfig, ProgressEvent, SpecError
-from aka.spec import Dsl, ProblemSpec, load_problem
+from aka.core import BaselineError, BenchConfig, ProgressEvent, SpecError
+from aka.spec import Dsl, ProblemSpec, load_problem, parse_op_yaml_text
 from tests.bench.conftest import EXAMPLES, fixture_candidate
 
 pytestmark = pytest.mark.integration
@@ -274,3 +274,66 @@ def test_file_size_limit_scales_with_the_reference_outputs(tmp_path: Path) -> No
     scorer = Scorer(BenchConfig(file_size_limit_mb=1), tmp_path / "cache", device="cpu")
     result = scorer.evaluate(problem, (problem_dir / "candidate.py").read_text())
     assert result.verdict is Verdict.ACCEPTED, result.message
+
+
+_SEEDED_LENGTH_PROBLEM = """
+name: seeded_length
+reference:
+  code: |
+    import torch
+    class Model(torch.nn.Module):
+        def forward(self, x, idx):
+            return x[idx.long()] * 2
+    def _make_inputs(n):
+        picks = int(torch.randint(1, n, (1,)))  # the number of indices changes with the seed
+        return {"x": torch.randn(n), "idx": torch.randint(0, n, (picks,), dtype=torch.int32)}
+shapes: {cases: [{id: s, input_kwargs: {n: 4096}, split: smoke}]}
+"""
+
+_SEEDED_LENGTH_CANDIDATE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gather_twice(x, idx, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    i = tl.load(idx + offs, mask=mask, other=0)
+    tl.store(out + offs, tl.load(x + i, mask=mask) * 2, mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, idx):
+        n = idx.shape[0]
+        out = torch.empty(n, device=x.device, dtype=x.dtype)
+        _gather_twice[(triton.cdiv(n, 256),)](x, idx, out, n, BLOCK=256)
+        return out
+"""
+
+
+def test_inputs_whose_shape_changes_with_the_seed_are_a_problem_error(
+    cpu_scorer: Scorer, tmp_path: Path
+) -> None:
+    # The repeat probe refills one seed's tensors with another seed's values at the same
+    # addresses: a tensor whose length depends on the seed cannot be refilled, so the problem is
+    # refused before any candidate runs, naming the input and the fix.
+    problem = parse_op_yaml_text(_SEEDED_LENGTH_PROBLEM, base_dir=tmp_path, source="s.yaml")
+    with pytest.raises(BaselineError, match=r"input 'idx' is \(\(\d+,\), 'torch.int32'\) for seed"):
+        cpu_scorer.evaluate(problem, _SEEDED_LENGTH_CANDIDATE)
+
+
+def test_input_layout_compares_tensors_by_shape_and_dtype_and_scalars_by_value() -> None:
+    import torch
+
+    from aka.bench.worker import check_seed_independent_layout, input_layout
+
+    same = {s: input_layout({"x": torch.randn(3, 4) * s, "n": 4}) for s in (0, 1, 2)}
+    check_seed_independent_layout("a", same)  # values differ, layout does not
+    wider = {0: input_layout({"x": torch.zeros(3)}), 1: input_layout({"x": torch.zeros(3).half()})}
+    with pytest.raises(ValueError, match="input 'x'.*float32.*float16"):
+        check_seed_independent_layout("a", wider)
+    scalar = {0: input_layout({"max_len": 7}), 1: input_layout({"max_len": 9})}
+    with pytest.raises(ValueError, match="input 'max_len' is 7 for seed 0 but 9 for seed 1"):
+        check_seed_independent_layout("a", scalar)
