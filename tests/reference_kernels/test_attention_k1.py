@@ -115,6 +115,18 @@ def test_attention_k1_tuning_extremes(load_kernel, kernel_id, which):
     _check(out, mod.reference(**inputs), torch.float32)
 
 
+@pytest.mark.parametrize(
+    "kernel_id", ["flash_attention_varlen_fwd", "flash_attention_varlen_causal_skip"]
+)
+def test_varlen_without_max_seqlen_sizes_grid_by_tokens(load_kernel, kernel_id):
+    # no host read of cu_seqlens: without max_seqlen the grid spans every token, surplus exits
+    mod = load_kernel(_path(kernel_id))
+    inputs = mod.make_inputs(VARLEN[1], torch.float32)
+    assert inputs.pop("max_seqlen") == 40
+    out = getattr(mod, kernel_id)(**inputs, block_m=16, block_n=16)
+    _check(out, mod.reference(**inputs), torch.float32)
+
+
 @pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))
 def test_attention_k1_rejects_mismatched_head_dim(load_kernel, kernel_id):
     mod = load_kernel(_path(kernel_id))

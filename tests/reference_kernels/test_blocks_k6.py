@@ -236,16 +236,41 @@ BAD_CALLS = [
      "bias"),
     ("concat_kv_heads",
      lambda: {"k_nope": torch.zeros(2, 4, 8), "k_rope": torch.zeros(2, 3, 4)}, "k_rope must be"),
-    ("arange_positions_varlen", lambda: {"cu_seqlens": torch.tensor([0, 5, 3])},
+    ("arange_positions_varlen", lambda: {"cu_seqlens": torch.tensor([0, 5, 3]), "num_tokens": 3},
      "non-decreasing"),
 ]  # fmt: skip
+# value checks that read a tensor on the host live in check_inputs, outside the launcher
+HOST_CHECKED = {"gather_logprobs_of_ids", "cross_entropy_rowwise", "arange_positions_varlen"}
 
 
 @pytest.mark.parametrize(("name", "make", "match"), BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
 def test_block_kernel_rejects_bad_input(load_kernel, name, make, match):
     mod = _module(load_kernel, name)
+    call = mod.check_inputs if name in HOST_CHECKED else getattr(mod, name)
     with pytest.raises(ValueError, match=match):
-        getattr(mod, name)(**make())
+        call(**make())
+
+
+def test_host_checks_pass_good_inputs_and_kernels_flag_bad_values(load_kernel):
+    # what check_inputs raises for, the launchers mark on the device (no host read): NaN loss
+    # or logprob for a label/id outside [0, V), positions past num_tokens never written
+    ce = _module(load_kernel, "cross_entropy_rowwise")
+    logits, labels = torch.randn(3, 8), torch.tensor([3, -100, 8])
+    ce.check_inputs(logits, labels[:2])
+    loss = ce.cross_entropy_rowwise(logits, labels)
+    assert loss[1] == 0 and torch.isnan(loss[2]) and torch.isfinite(loss[0])
+    gl = _module(load_kernel, "gather_logprobs_of_ids")
+    ids = torch.tensor([[1, -1], [8, 2], [0, 7]])
+    gl.check_inputs(logits, ids[2:])
+    out = gl.gather_logprobs_of_ids(logits, ids)
+    assert torch.isnan(out[[0, 1], [1, 0]]).all()
+    assert torch.isfinite(out[[0, 1, 2, 2], [0, 1, 0, 1]]).all()
+    ap = _module(load_kernel, "arange_positions_varlen")
+    cu = torch.tensor([0, 3, 5], dtype=I32)
+    ap.check_inputs(cu, 5)
+    with pytest.raises(ValueError, match="num_tokens"):
+        ap.check_inputs(cu, 4)
+    assert ap.arange_positions_varlen(cu, 4).tolist() == [0, 1, 2, 0]  # clipped at num_tokens
 
 
 def test_bad_calls_cover_every_kernel():
@@ -350,7 +375,7 @@ def test_bias_residual_add_keeps_leading_dims_and_mixed_bias(load_kernel):
 def test_arange_positions_matches_hand_values(load_kernel):
     mod = _module(load_kernel, "arange_positions_varlen")
     cu = torch.tensor([0, 3, 3, 5], dtype=I32)
-    assert mod.arange_positions_varlen(cu).tolist() == [0, 1, 2, 0, 1]
+    assert mod.arange_positions_varlen(cu, 5).tolist() == [0, 1, 2, 0, 1]
     ctx = torch.tensor([10, 0, 4], dtype=I64)
-    assert mod.arange_positions_varlen(cu, ctx).tolist() == [10, 11, 12, 4, 5]
-    assert mod.arange_positions_varlen(torch.zeros(1, dtype=I64)).numel() == 0
+    assert mod.arange_positions_varlen(cu, 5, ctx).tolist() == [10, 11, 12, 4, 5]
+    assert mod.arange_positions_varlen(torch.zeros(1, dtype=I64), 0).numel() == 0

@@ -198,10 +198,8 @@ BAD_CALLS = {
         ),
         "nnz",
     ),
-    "index_add_rows_atomic": (
-        lambda m: m.index_add_rows_atomic(
-            torch.zeros(3, 4), torch.tensor([0, 3]), torch.ones(2, 4)
-        ),
+    "index_add_rows_atomic": (  # the index range is read on the host, so in check_inputs
+        lambda m: m.check_inputs(torch.zeros(3, 4), torch.tensor([0, 3])),
         r"\[0, 3\)",
     ),
     "dropout_philox_seeded": (lambda m: m.dropout_philox_seeded(torch.randn(8), p=1.5), "p must"),
@@ -298,6 +296,15 @@ def test_index_add_updates_in_place_with_duplicates(load_kernel):
     res = mod.index_add_rows_atomic(out, torch.tensor([1, 1, 1, 0]), torch.ones(4, 5), alpha=2.0)
     assert res is out
     assert torch.equal(out, torch.tensor([[2.0] * 5, [6.0] * 5]))
+
+
+def test_index_add_skips_out_of_range_indices_on_the_device(load_kernel):
+    # the launcher reads no index on the host; the kernel masks rows outside [0, R) off
+    mod = load_kernel(PATHS["index_add_rows_atomic"])
+    out, index = torch.zeros(2, 5), torch.tensor([1, 2, -1, 0])
+    mod.check_inputs(out, index[[0, 3]])
+    mod.index_add_rows_atomic(out, index, torch.ones(4, 5))
+    assert torch.equal(out, torch.ones(2, 5))
 
 
 def test_beam_search_merges_many_chunks(load_kernel):

@@ -74,6 +74,21 @@ def test_gated_delta_rule_tokens_matches_reference(load_kernel, shape, dtype):
     _check(mod.gated_delta_rule_chunked_tokens(**inputs), mod.reference(**inputs), dtype)
 
 
+@pytest.mark.parametrize("tokens", [0, 2])
+def test_gated_delta_rule_tokens_keeps_input_state_and_idle_slots(load_kernel, tokens):
+    # final_state is built by the kernels (idle slots copied, owned ones stepped): never a view
+    # of initial_state, which stays intact; T = 0 returns the state unchanged
+    mod = load_kernel("triton/other/gated_delta_rule_chunked_tokens.py")
+    shape = {"batch": 2, "tokens": tokens, "q_heads": 1, "v_heads": 2, "head_dim": 16}
+    inputs = mod.make_inputs(shape, torch.float32)
+    inputs["initial_state"] = torch.randn(7, 2, 16, 16)  # five idle slots
+    before = inputs["initial_state"].clone()
+    out, state = mod.gated_delta_rule_chunked_tokens(**inputs)
+    assert torch.equal(inputs["initial_state"], before)
+    assert state.data_ptr() != inputs["initial_state"].data_ptr()
+    _check((out, state), mod.reference(**inputs), torch.float32)
+
+
 @pytest.mark.parametrize("num_warps", [4, 8])
 def test_gated_delta_rule_tokens_extreme_tuning(load_kernel, num_warps):
     mod = load_kernel("triton/other/gated_delta_rule_chunked_tokens.py")

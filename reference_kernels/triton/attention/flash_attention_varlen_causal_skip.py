@@ -42,7 +42,8 @@ start first, which shortens the tail of a causal grid). HEAD_DIM is a compile-ti
 the head-dim masks fold away for power-of-two heads. Online softmax in the exp2 domain, fp32
 accumulator. Bytes: Q and O once, K and V once per query block (about half that when causal).
 Limits: causal means q_len == k_len (self-attention, diagonal from the top left); the grid is
-sized by the longest sequence; head_dim <= 256; fp32 inputs use TF32 on the GPU.
+sized by the caller's max_seqlen (the total token count when it is not given: cu_seqlens is never
+read on the host); head_dim <= 256; fp32 inputs use TF32 on the GPU.
 """
 
 import os
@@ -236,7 +237,8 @@ def flash_attention_varlen_causal_skip(
         v: (sum(seq_lens), Hkv, D) same dtype.
         cu_seqlens: (S+1,) int32 prefix sums of the sequence lengths (starting at 0).
         softmax_scale: Score scale; None means 1/sqrt(D).
-        max_seqlen: Longest sequence; None reads it from cu_seqlens (one host sync).
+        max_seqlen: Longest sequence (sizes the grid, as flash-attn's max_seqlen_q); None
+            sizes it by the total token count (surplus programs exit at once).
         causal: Mask keys after each query (token i sees keys 0..i of its sequence).
         block_m: Query rows per program (power of two >= 16); None uses the heuristic.
         block_n: Keys per loop step (power of two >= 16); None uses the heuristic.
@@ -251,9 +253,9 @@ def flash_attention_varlen_causal_skip(
     _validate(q, k, v, cu_seqlens)
     out = torch.empty_like(q)
     num_seqs = cu_seqlens.shape[0] - 1
-    if max_seqlen is None:
-        max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if num_seqs else 0
-    if q.shape[0] == 0 or max_seqlen == 0:
+    # no host read of cu_seqlens: without max_seqlen the grid covers the total token count
+    bound = q.shape[0] if max_seqlen is None else max_seqlen
+    if bound == 0 or num_seqs == 0:
         return out
     _, hq, d = q.shape
     scale = softmax_scale if softmax_scale is not None else d**-0.5
@@ -261,7 +263,7 @@ def flash_attention_varlen_causal_skip(
     cfg["BLOCK_M"] = block_m or cfg["BLOCK_M"]
     cfg["BLOCK_N"] = block_n or cfg["BLOCK_N"]
     cfg["num_warps"] = num_warps or cfg["num_warps"]
-    grid = (num_seqs, triton.cdiv(max_seqlen, cfg["BLOCK_M"]), hq)
+    grid = (num_seqs, triton.cdiv(bound, cfg["BLOCK_M"]), hq)
     _attention_varlen_causal_skip_kernel[grid](
         q, k, v, out, cu_seqlens,
         scale * 1.4426950408889634,
@@ -307,5 +309,6 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
         "k": torch.randn(total, hkv, d, device=device).to(dtype),
         "v": torch.randn(total, hkv, d, device=device).to(dtype),
         "cu_seqlens": cu,
+        "max_seqlen": max(lens, default=0),
         "causal": bool(shape.get("causal", False)),
     }

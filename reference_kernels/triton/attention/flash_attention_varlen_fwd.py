@@ -38,8 +38,9 @@ and fp32 accumulator (online softmax in the exp2 domain), so the L x L score mat
 memory. Every tile is bounds-masked the same way, including the interior ones (the simple loop;
 flash_attention_varlen_causal_skip peels the masks off full tiles). Bytes: Q and O once, K and V
 once per query block (so ceil(L / BLOCK_M) reads of K/V per head, mostly from L2). GQA works
-when H_q is a multiple of H_kv. Limits: the grid is sized by the longest sequence, so a skewed
-batch launches idle programs; head_dim <= 256; fp32 inputs use TF32 on the GPU.
+when H_q is a multiple of H_kv. Limits: the grid is sized by the caller's max_seqlen (the total
+token count when it is not given: the launcher never reads cu_seqlens on the host), so a skewed
+batch launches idle programs that exit at once; head_dim <= 256; fp32 inputs use TF32 on the GPU.
 """
 
 import os
@@ -186,7 +187,8 @@ def flash_attention_varlen_fwd(
         v: (sum(seq_lens), Hkv, D) same dtype.
         cu_seqlens: (S+1,) int32 prefix sums of the sequence lengths (starting at 0).
         softmax_scale: Score scale; None means 1/sqrt(D).
-        max_seqlen: Longest sequence; None reads it from cu_seqlens (one host sync).
+        max_seqlen: Longest sequence (sizes the grid, as flash-attn's max_seqlen_q); None
+            sizes it by the total token count (surplus programs exit at once).
         block_m: Query rows per program (power of two >= 16); None uses the heuristic.
         block_n: Keys per loop step (power of two >= 16); None uses the heuristic.
         num_warps: Warps per program; None uses the heuristic.
@@ -200,9 +202,9 @@ def flash_attention_varlen_fwd(
     _validate(q, k, v, cu_seqlens)
     out = torch.empty_like(q)
     num_seqs = cu_seqlens.shape[0] - 1
-    if max_seqlen is None:
-        max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if num_seqs else 0
-    if q.shape[0] == 0 or max_seqlen == 0:
+    # no host read of cu_seqlens: without max_seqlen the grid covers the total token count
+    bound = q.shape[0] if max_seqlen is None else max_seqlen
+    if bound == 0 or num_seqs == 0:
         return out
     _, hq, d = q.shape
     scale = softmax_scale if softmax_scale is not None else d**-0.5
@@ -210,7 +212,7 @@ def flash_attention_varlen_fwd(
     cfg["BLOCK_M"] = block_m or cfg["BLOCK_M"]
     cfg["BLOCK_N"] = block_n or cfg["BLOCK_N"]
     cfg["num_warps"] = num_warps or cfg["num_warps"]
-    grid = (num_seqs, triton.cdiv(max_seqlen, cfg["BLOCK_M"]), hq)
+    grid = (num_seqs, triton.cdiv(bound, cfg["BLOCK_M"]), hq)
     _attention_varlen_fwd_kernel[grid](
         q, k, v, out, cu_seqlens,
         d, scale * 1.4426950408889634,
@@ -253,4 +255,5 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
         "k": torch.randn(total, hkv, d, device=device).to(dtype),
         "v": torch.randn(total, hkv, d, device=device).to(dtype),
         "cu_seqlens": cu,
+        "max_seqlen": max(lens, default=0),
     }

@@ -16,6 +16,7 @@ tuning:
   num_warps: [4, 1, 2, 8]
 args:
   cu_seqlens: {shape: [B + 1], dtypes: [int32, int64], aliases: [cu_seqlens_q, query_start_loc]}
+  num_tokens: {type: int, aliases: [total_tokens, num_actual_tokens]}
   context_lens:
     {shape: [B], dtypes: [int32, int64], optional: true, aliases: [num_computed_tokens]}
 returns:
@@ -31,9 +32,12 @@ with cu_seqlens[b] <= t < cu_seqlens[b + 1], positions[t] = t - cu_seqlens[b] + 
 One program per sequence reads its two boundaries and its offset once and fills its range with an
 arange in BLOCK-wide chunks: no search for the owning sequence (a token-parallel design needs a
 binary search over cu_seqlens per token) and no scan. Bytes: 8 written per token, 8-16 read per
-sequence. Limits: one program per sequence, so one very long prompt is filled by a single program
-(still only 8 bytes per token of stores); cu_seqlens must be non-decreasing and start at 0 (checked
-on the host, which syncs); the output is int64 whatever the input dtype.
+sequence. The output length num_tokens (= cu_seqlens[-1]) is the caller's host-side count, as in
+vLLM's num_actual_tokens, so the launcher never reads cu_seqlens on the host. Limits: one program
+per sequence, so one very long prompt is filled by a single program (still only 8 bytes per token
+of stores); cu_seqlens must be non-decreasing, start at 0 and end at num_tokens (check_inputs
+verifies it with a host sync, outside the launch; the kernel drops tokens past num_tokens); the
+output is int64 whatever the input dtype.
 """
 
 import torch
@@ -47,13 +51,15 @@ def _arange_positions_kernel(
     cu_ptr,
     ctx_ptr,
     pos_ptr,
+    # sizes
+    num_tokens,  # length of pos: tokens past it are never written
     # meta
     HAS_CONTEXT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     b = tl.program_id(0)
     start = tl.load(cu_ptr + b).to(tl.int64)
-    end = tl.load(cu_ptr + b + 1).to(tl.int64)
+    end = tl.minimum(tl.load(cu_ptr + b + 1).to(tl.int64), num_tokens)
     offset = tl.load(ctx_ptr + b).to(tl.int64) if HAS_CONTEXT else 0
     offs = tl.arange(0, BLOCK)
     for base in range(start, end, BLOCK):
@@ -63,6 +69,7 @@ def _arange_positions_kernel(
 
 def arange_positions_varlen(
     cu_seqlens: torch.Tensor,
+    num_tokens: int,
     context_lens: torch.Tensor | None = None,
     *,
     block: int = 256,
@@ -72,15 +79,17 @@ def arange_positions_varlen(
 
     Args:
         cu_seqlens: (B + 1,) int32/int64, non-decreasing, cu_seqlens[0] == 0.
+        num_tokens: cu_seqlens[-1], the packed token count, known on the host.
         context_lens: Optional (B,) int32/int64 offsets added to each sequence's positions.
         block: Tokens per loop step (a power of two).
         num_warps: Warps per program; None = 4.
 
     Returns:
-        positions: (cu_seqlens[-1],) int64.
+        positions: (num_tokens,) int64.
 
     Raises:
-        ValueError: Bad dtypes or shapes, cu_seqlens not starting at 0 or decreasing, a bad block.
+        ValueError: Bad dtypes or shapes, a negative num_tokens or a bad block (check_inputs
+            checks cu_seqlens' values).
     """
     if (
         cu_seqlens.dim() != 1
@@ -94,8 +103,8 @@ def arange_positions_varlen(
         raise ValueError(f"cu_seqlens must be 1-D int32/int64 with B + 1 >= 1 entries; got "
                          f"{tuple(cu_seqlens.shape)} {cu_seqlens.dtype}")  # fmt: skip
     b = cu_seqlens.numel() - 1
-    if int(cu_seqlens[0]) != 0 or (b > 0 and bool((cu_seqlens[1:] < cu_seqlens[:-1]).any())):
-        raise ValueError("cu_seqlens must start at 0 and be non-decreasing")
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0; got {num_tokens}")
     if context_lens is not None and (
         context_lens.shape != (b,) or context_lens.dtype not in (torch.int32, torch.int64)
     ):
@@ -103,21 +112,35 @@ def arange_positions_varlen(
                          f"{tuple(context_lens.shape)} {context_lens.dtype}")  # fmt: skip
     if block < 1 or block & (block - 1):
         raise ValueError(f"block must be a power of two; got {block}")
-    total = int(cu_seqlens[-1])
-    positions = torch.empty((total,), dtype=torch.int64, device=cu_seqlens.device)
-    if total == 0:
+    positions = torch.empty((num_tokens,), dtype=torch.int64, device=cu_seqlens.device)
+    if num_tokens == 0 or b == 0:
         return positions
     cu = cu_seqlens.contiguous()
     ctx = cu if context_lens is None else context_lens.contiguous()  # unused when absent
     _arange_positions_kernel[(b,)](
         cu, ctx, positions,
+        num_tokens,
         HAS_CONTEXT=context_lens is not None, BLOCK=block, num_warps=num_warps or 4,
     )  # fmt: skip
     return positions
 
 
-def reference(cu_seqlens: torch.Tensor, context_lens: torch.Tensor | None = None) -> torch.Tensor:
-    """Return the positions by repeat_interleave of the sequence starts."""
+def check_inputs(cu_seqlens: torch.Tensor, num_tokens: int) -> None:
+    """Raise ValueError unless cu_seqlens starts at 0, never decreases and ends at num_tokens.
+
+    Reads cu_seqlens on the host (a sync), so it stays out of the launcher.
+    """
+    b = cu_seqlens.numel() - 1
+    if int(cu_seqlens[0]) != 0 or (b > 0 and bool((cu_seqlens[1:] < cu_seqlens[:-1]).any())):
+        raise ValueError("cu_seqlens must start at 0 and be non-decreasing")
+    if int(cu_seqlens[-1]) != num_tokens:
+        raise ValueError(f"num_tokens {num_tokens} != cu_seqlens[-1] {int(cu_seqlens[-1])}")
+
+
+def reference(
+    cu_seqlens: torch.Tensor, num_tokens: int, context_lens: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Return the positions by repeat_interleave of the sequence starts (num_tokens: unused)."""
     cu = cu_seqlens.long()
     lengths = cu[1:] - cu[:-1]
     starts = torch.repeat_interleave(cu[:-1], lengths)
@@ -128,7 +151,7 @@ def reference(cu_seqlens: torch.Tensor, context_lens: torch.Tensor | None = None
 
 
 def make_inputs(shape: dict, dtype: torch.dtype = torch.int32, device: str = "cpu") -> dict:
-    """Return ``{"cu_seqlens", "context_lens"}`` for ``shape = {"seqlens": [...], "context"}``.
+    """Return ``{"cu_seqlens", "num_tokens", "context_lens"}`` for ``{"seqlens", "context"}``.
 
     dtype is the index dtype (int32 or int64); float dtypes fall back to int32.
     """
@@ -139,5 +162,6 @@ def make_inputs(shape: dict, dtype: torch.dtype = torch.int32, device: str = "cp
     ctx = torch.randint(0, 50, (len(lens),)) if shape.get("context", False) else None
     return {
         "cu_seqlens": cu.to(idx).to(device),
+        "num_tokens": int(lens.sum()),
         "context_lens": None if ctx is None else ctx.to(idx).to(device),
     }

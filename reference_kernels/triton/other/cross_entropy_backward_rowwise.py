@@ -32,8 +32,9 @@ upstream scalar gradient: row t gets (softmax(logits[t]) - one_hot(target[t])) *
 n_valid (reduction "mean", n_valid = rows whose target is not ignore_index, as torch divides) or *
 grad_output ("sum"); ignored rows get zeros. One program per row, two passes over the vocab in
 BLOCK_V chunks: an online (running max, rescaled running sum) pass in fp32, then a pass that
-rewrites each chunk as exp(x - max) / sum * scale, subtracting scale at the target column. The
-divisor n_valid is computed on the device and read by every program, so there is no host sync.
+rewrites each chunk as exp(x - max) / sum * scale, subtracting scale at the target column. For
+"mean" the divisor n_valid is counted on the device first by a one-program kernel (T index reads)
+and read by every row program, so there is no host sync and no torch op between the launches.
 Bytes per logit: two reads and one write (6 B in bf16); recomputing the softmax instead of storing
 it from the forward keeps the activation memory at the logits only. Wins for LM heads (V = 32K-256K,
 T in the thousands). Limits: one program per row (a single decode row uses one SM); no label
@@ -43,6 +44,26 @@ smoothing or z-loss; targets outside [0, V) other than ignore_index are not chec
 import torch
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _count_valid_kernel(
+    # pointers
+    target_ptr,
+    count_ptr,  # out: fp32 number of rows whose target is not ignore_index
+    # sizes
+    T,
+    ignore_index,
+    # meta
+    BLOCK_T: tl.constexpr,
+):
+    offs = tl.arange(0, BLOCK_T)
+    n = tl.zeros((BLOCK_T,), tl.int32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + offs
+        target = tl.load(target_ptr + rows, mask=rows < T, other=ignore_index).to(tl.int64)
+        n += (target != ignore_index).to(tl.int32)
+    tl.store(count_ptr, tl.sum(n, axis=0).to(tl.float32))
 
 
 @triton.jit
@@ -135,13 +156,18 @@ def cross_entropy_backward_rowwise(
     dx = torch.empty((t, v), dtype=x.dtype, device=x.device)
     if dx.numel() == 0:
         return dx
-    if reduction == "mean":  # stays on the device: no host sync
-        count = (target != ignore_index).sum().to(torch.float32)
+    target = target.contiguous()
+    if reduction == "mean":  # counted by a kernel, kept on the device: no host sync
+        count = torch.empty((), dtype=torch.float32, device=x.device)
+        _count_valid_kernel[(1,)](
+            target, count, t, ignore_index,
+            BLOCK_T=min(triton.next_power_of_2(t), 1024), num_warps=4,
+        )  # fmt: skip
     else:
         count = torch.ones((), dtype=torch.float32, device=x.device)
     blk = block_v or min(triton.next_power_of_2(v), 2048)
     _ce_backward_kernel[(t,)](
-        x, target.contiguous(), grad_output.reshape(()), count, dx,
+        x, target, grad_output.reshape(()), count, dx,
         v, ignore_index,
         x.stride(0), dx.stride(0),
         BLOCK_V=blk, num_warps=num_warps or 8,

@@ -41,14 +41,43 @@ tokens in order with the state never leaving registers, writes o_t every step an
 the end: state traffic is 2 * K * V * 4 bytes per (sequence, head) however long T is, and each token
 costs only its q, k, v reads and o write. GQA: v-head hv reads q/k head hv // (HV / HQ). final_state
 is a copy of initial_state with the used slots advanced (slot < 0: start from zeros, not written
-back). Limits: the loop is serial, latency grows linearly with T and B * HV programs may not fill
-the GPU (a chunked WY / parallel-scan form is the long-prefill design); a 128 x 128 fp32 state needs
-8+ warps to stay in registers; equal-length sequences only (no cu_seqlens); duplicate slots race.
+back): a first kernel copies the slots no sequence of the batch owns, and the token-loop kernel
+reads its slot from initial_state and writes it into final_state, so the input is never modified.
+Limits: the loop is serial, latency grows linearly with T and B * HV programs may not fill the GPU
+(a chunked WY / parallel-scan form is the long-prefill design); a 128 x 128 fp32 state needs 8+
+warps to stay in registers; equal-length sequences only (no cu_seqlens); duplicate slots race.
 """
 
 import torch
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _copy_idle_slots_kernel(
+    # pointers
+    src_ptr,  # initial_state, (N, slot_numel) fp32
+    dst_ptr,  # final_state, same layout
+    idx_ptr,  # (B,) slots this call advances
+    # sizes
+    B,
+    slot_numel,  # HV * K * V
+    # meta
+    BLOCK_B: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Copy one BLOCK chunk of slot program_id(0) unless a sequence of this batch owns the slot."""
+    slot = tl.program_id(0)
+    offs_b = tl.arange(0, BLOCK_B)
+    hits = tl.zeros((BLOCK_B,), tl.int32)
+    for b0 in range(0, B, BLOCK_B):  # B indices per program: a few hundred bytes from L2
+        idx = tl.load(idx_ptr + b0 + offs_b, mask=b0 + offs_b < B, other=-1)
+        hits += (idx == slot).to(tl.int32)
+    idle = tl.sum(hits, axis=0) == 0  # owned slots are written by the step kernel instead
+    offs = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    base = slot.to(tl.int64) * slot_numel
+    mask = (offs < slot_numel) & idle
+    tl.store(dst_ptr + base + offs, tl.load(src_ptr + base + offs, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -61,7 +90,8 @@ def _gated_delta_rule_chunked_tokens_kernel(
     b_ptr,
     a_log_ptr,
     dt_bias_ptr,
-    state_ptr,
+    state_ptr,  # initial_state (read)
+    new_state_ptr,  # final_state (written)
     idx_ptr,
     out_ptr,
     # sizes
@@ -92,10 +122,9 @@ def _gated_delta_rule_chunked_tokens_kernel(
 
     # the whole (K, V) fp32 state of this sequence's slot, loaded once; slot < 0 starts from zeros
     slot = tl.load(idx_ptr + batch).to(tl.int64)
-    s_ptrs = (state_ptr + (slot * HV + hv) * K * V
-              + offs_k[:, None].to(tl.int64) * V + offs_v[None, :])  # fmt: skip
+    s_offs = (slot * HV + hv) * K * V + offs_k[:, None].to(tl.int64) * V + offs_v[None, :]
     s_mask = mask_k[:, None] & mask_v[None, :] & (slot >= 0)
-    S = tl.load(s_ptrs, mask=s_mask, other=0.0)
+    S = tl.load(state_ptr + s_offs, mask=s_mask, other=0.0)
 
     # row offsets of token 0; each step advances by one token (int64: B*T*H*D can pass 2^31)
     qk_row = (batch.to(tl.int64) * T * HQ + hq) * K
@@ -123,7 +152,7 @@ def _gated_delta_rule_chunked_tokens_kernel(
         qk_row += HQ * K
         gate_row += HV
 
-    tl.store(s_ptrs, S, mask=s_mask)
+    tl.store(new_state_ptr + s_offs, S, mask=s_mask)  # into final_state, not the input
 
 
 def _launch_config(k: int, v: int) -> dict[str, int]:
@@ -199,15 +228,25 @@ def gated_delta_rule_chunked_tokens(
     bsz, t, hq, kd = q.shape
     hv, vd = v.shape[2:]
     out = torch.empty((bsz, t, hv, vd), dtype=q.dtype, device=q.device)
-    final_state = initial_state.contiguous().clone()  # out of place: the input slots stay intact
-    if bsz == 0 or t == 0:
+    state = initial_state.contiguous()  # read only: the input slots stay intact
+    # final_state: idle slots copied, owned slots written by the step kernel (no clone)
+    final_state = torch.empty_like(state)
+    n_slots, slot_numel = state.shape[0], hv * kd * vd
+    if final_state.numel():
+        copy_block = min(triton.next_power_of_2(slot_numel), 4096)
+        _copy_idle_slots_kernel[(n_slots, triton.cdiv(slot_numel, copy_block))](
+            state, final_state, initial_state_indices,
+            bsz, slot_numel,
+            BLOCK_B=min(triton.next_power_of_2(max(bsz, 1)), 1024), BLOCK=copy_block,
+        )  # fmt: skip
+    if bsz == 0:
         return out, final_state
     cfg = _launch_config(kd, vd)
     if num_warps is not None:
         cfg["num_warps"] = num_warps
     c = [x.contiguous() for x in (q, k, v, a, b, A_log, dt_bias)]
     _gated_delta_rule_chunked_tokens_kernel[(bsz * hv,)](
-        *c, final_state, initial_state_indices, out,
+        *c, state, final_state, initial_state_indices, out,
         t, hq, hv, kd, vd,
         kd**-0.5 if scale is None else scale,
         USE_QK_L2NORM=use_qk_l2norm,

@@ -41,18 +41,47 @@ fused in: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), q and k L2
 <- exp(g) * S; v_new = beta * (v - S^T k); S <- S + k v_new^T; o = S^T q * K^-0.5, with the state S
 (K, V) in fp32. Columns of S are independent (every step acts on a column j only through k, q and
 v[j]), so the grid is (B * HV, V / BLOCK_V): each program loads a (K, BLOCK_V) fp32 slice of the
-state of its sequence's slot once, does the whole step in registers and writes the slice back, which
+state of its sequence's slot once, does the whole step in registers and writes the slice out, which
 gives B * HV * V / BLOCK_V programs for small decode batches (BLOCK_V = V is the classic
 one-tile-per-head layout). GQA: v-head hv reads q/k head hv // (HV / HQ). Bytes: the state
 dominates, 2 * K * V * 4 per (sequence, head) read+write; q/k are re-read by each V-block (from L2).
 final_state is a copy of initial_state with the slots of this batch updated (slot < 0: start from
-zeros, not written back). Limits: T must be 1 (see gated_delta_rule_chunked_tokens for T > 1); K <=
-256; duplicate slots race.
+zeros, not written back): a first kernel copies the slots no sequence of the batch owns, the step
+kernel reads its slot from initial_state and writes it into final_state, so every slot is read and
+written once and the input is never modified. Limits: T must be 1 (see
+gated_delta_rule_chunked_tokens for T > 1); K <= 256; duplicate slots race.
 """
 
 import torch
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _copy_idle_slots_kernel(
+    # pointers
+    src_ptr,  # initial_state, (N, slot_numel) fp32
+    dst_ptr,  # final_state, same layout
+    idx_ptr,  # (B,) slots this call advances
+    # sizes
+    B,
+    slot_numel,  # HV * K * V
+    # meta
+    BLOCK_B: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Copy one BLOCK chunk of slot program_id(0) unless a sequence of this batch owns the slot."""
+    slot = tl.program_id(0)
+    offs_b = tl.arange(0, BLOCK_B)
+    hits = tl.zeros((BLOCK_B,), tl.int32)
+    for b0 in range(0, B, BLOCK_B):  # B indices per program: a few hundred bytes from L2
+        idx = tl.load(idx_ptr + b0 + offs_b, mask=b0 + offs_b < B, other=-1)
+        hits += (idx == slot).to(tl.int32)
+    idle = tl.sum(hits, axis=0) == 0  # owned slots are written by the step kernel instead
+    offs = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    base = slot.to(tl.int64) * slot_numel
+    mask = (offs < slot_numel) & idle
+    tl.store(dst_ptr + base + offs, tl.load(src_ptr + base + offs, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -65,7 +94,8 @@ def _gated_delta_rule_decode_update_kernel(
     b_ptr,
     a_log_ptr,
     dt_bias_ptr,
-    state_ptr,
+    state_ptr,  # initial_state (read)
+    new_state_ptr,  # final_state (written)
     idx_ptr,
     out_ptr,
     # sizes
@@ -106,10 +136,9 @@ def _gated_delta_rule_decode_update_kernel(
 
     # the (K, BLOCK_V) fp32 state slice of this sequence's slot; slot < 0 starts from zeros
     slot = tl.load(idx_ptr + batch).to(tl.int64)
-    s_ptrs = (state_ptr + (slot * HV + hv) * K * V
-              + offs_k[:, None].to(tl.int64) * V + offs_v[None, :])  # fmt: skip
+    s_offs = (slot * HV + hv) * K * V + offs_k[:, None].to(tl.int64) * V + offs_v[None, :]
     s_mask = mask_k[:, None] & mask_v[None, :] & (slot >= 0)
-    S = tl.load(s_ptrs, mask=s_mask, other=0.0)
+    S = tl.load(state_ptr + s_offs, mask=s_mask, other=0.0)
 
     # the delta-rule step, all in registers
     S = S * decay
@@ -120,7 +149,7 @@ def _gated_delta_rule_decode_update_kernel(
     tl.store(
         out_ptr + pid_bh.to(tl.int64) * V + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v
     )
-    tl.store(s_ptrs, S, mask=s_mask)
+    tl.store(new_state_ptr + s_offs, S, mask=s_mask)  # into final_state, not the input
 
 
 def _launch_config(k: int, v: int) -> dict[str, int]:
@@ -201,7 +230,17 @@ def gated_delta_rule_decode_update(
     bsz, _, hq, kd = q.shape
     hv, vd = v.shape[2:]
     out = torch.empty((bsz, 1, hv, vd), dtype=q.dtype, device=q.device)
-    final_state = initial_state.contiguous().clone()  # out of place: the input slots stay intact
+    state = initial_state.contiguous()  # read only: the input slots stay intact
+    # final_state: idle slots copied, owned slots written by the step kernel (no clone)
+    final_state = torch.empty_like(state)
+    n_slots, slot_numel = state.shape[0], hv * kd * vd
+    if final_state.numel():
+        copy_block = min(triton.next_power_of_2(slot_numel), 4096)
+        _copy_idle_slots_kernel[(n_slots, triton.cdiv(slot_numel, copy_block))](
+            state, final_state, initial_state_indices,
+            bsz, slot_numel,
+            BLOCK_B=min(triton.next_power_of_2(max(bsz, 1)), 1024), BLOCK=copy_block,
+        )  # fmt: skip
     if bsz == 0:
         return out, final_state
     cfg = _launch_config(kd, vd)
@@ -209,7 +248,7 @@ def gated_delta_rule_decode_update(
     cfg.update({key: value for key, value in given.items() if value is not None})
     c = [t.contiguous() for t in (q, k, v, a, b, A_log, dt_bias)]
     _gated_delta_rule_decode_update_kernel[(bsz * hv, triton.cdiv(vd, cfg["block_v"]))](
-        *c, final_state, initial_state_indices, out,
+        *c, state, final_state, initial_state_indices, out,
         hq, hv, kd, vd,
         kd**-0.5 if scale is None else scale,
         USE_QK_L2NORM=use_qk_l2norm,

@@ -43,7 +43,16 @@ import triton
 import triton.language as tl
 
 QBLOCK = 128  # the scale block edge, rows and columns
-_OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: out_dtype names and their torch dtypes (an immutable table: pairs, looked up by _out_dtype)
+_OUT_DTYPES = (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32))
+
+
+def _out_dtype(name: str) -> torch.dtype:
+    """Return the torch dtype of an out_dtype name, or raise ValueError naming the choices."""
+    for key, dtype in _OUT_DTYPES:
+        if key == name:
+            return dtype
+    raise ValueError(f"out_dtype {name!r} must be one of {[key for key, _ in _OUT_DTYPES]}")
 
 
 @triton.jit
@@ -109,14 +118,13 @@ def dequant_fp8_block_scaled_weight(
     if scale.shape != grid_shape or scale.dtype != torch.float32:
         raise ValueError(f"scale must be fp32 {grid_shape} for q {(n, k)}; got "
                          f"{tuple(scale.shape)} {scale.dtype}")  # fmt: skip
-    if out_dtype not in _OUT:
-        raise ValueError(f"out_dtype {out_dtype!r} must be one of {sorted(_OUT)}")
+    w_dtype = _out_dtype(out_dtype)
     for name, value in (("block_n", block_n), ("block_k", block_k)):
         if value < 1 or value > QBLOCK or value & (value - 1):
             raise ValueError(f"{name} {value} must be a power of two dividing 128")
     q = q if q.stride(-1) == 1 else q.contiguous()
     scale = scale.contiguous()
-    w = torch.empty((n, k), dtype=_OUT[out_dtype], device=q.device)
+    w = torch.empty((n, k), dtype=w_dtype, device=q.device)
     if w.numel() == 0:
         return w
     _dequant_block_kernel[(triton.cdiv(n, block_n), triton.cdiv(k, block_k))](
@@ -133,7 +141,7 @@ def reference(q: torch.Tensor, scale: torch.Tensor, out_dtype: str = "bf16") -> 
     """Return q * scale with the grid expanded by repeat_interleave, in fp32, cast to out_dtype."""
     n, k = q.shape
     full = scale.repeat_interleave(QBLOCK, dim=0).repeat_interleave(QBLOCK, dim=1)[:n, :k]
-    return (q.float() * full).to(_OUT[out_dtype])
+    return (q.float() * full).to(_out_dtype(out_dtype))
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:

@@ -41,7 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
-OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: out_dtype names and their torch dtypes (an immutable table: pairs, looked up by _out_dtype)
+OUT_DTYPES = (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32))
 
 
 @triton.jit
@@ -71,6 +72,14 @@ def _dequant_fp8_per_token_kernel(
     out = q.to(tl.float32) * scale[:, None]
     out_ptrs = out_ptr + rows * stride_ot + offs_n[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _out_dtype(name: str) -> torch.dtype:
+    """Return the torch dtype of an out_dtype name, or raise ValueError naming the choices."""
+    for key, dtype in OUT_DTYPES:
+        if key == name:
+            return dtype
+    raise ValueError(f"out_dtype must be one of {[key for key, _ in OUT_DTYPES]}; got {name!r}")
 
 
 def _launch_config(t: int, n: int) -> dict[str, int]:
@@ -113,10 +122,9 @@ def dequant_fp8_per_token(
             f"scale must be ({t}, 1) or ({t},) fp32 for q {tuple(q.shape)}; "
             f"got {tuple(scale.shape)} {scale.dtype}"
         )
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"out_dtype must be one of {sorted(OUT_DTYPES)}; got {out_dtype!r}")
+    o_dtype = _out_dtype(out_dtype)
     q = q if q.stride(-1) == 1 else q.contiguous()
-    out = torch.empty((t, n), dtype=OUT_DTYPES[out_dtype], device=q.device)
+    out = torch.empty((t, n), dtype=o_dtype, device=q.device)
     if out.numel() == 0:
         return out
     cfg = _launch_config(t, n)
@@ -135,7 +143,7 @@ def dequant_fp8_per_token(
 
 def reference(q: torch.Tensor, scale: torch.Tensor, out_dtype: str = "bf16") -> torch.Tensor:
     """Return q.float() * scale in fp32, cast to out_dtype."""
-    return (q.float() * scale.reshape(-1, 1)).to(OUT_DTYPES[out_dtype])
+    return (q.float() * scale.reshape(-1, 1)).to(_out_dtype(out_dtype))
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
@@ -146,5 +154,5 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     x = torch.randn(shape["rows"], shape["hidden"], device=device)
     scale = (x.abs().amax(dim=-1, keepdim=True) / 448.0).clamp(min=1e-10)
     q = (x / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    names = {value: key for key, value in OUT_DTYPES.items()}
-    return {"q": q, "scale": scale, "out_dtype": names[dtype]}
+    name = next(key for key, value in OUT_DTYPES if value == dtype)
+    return {"q": q, "scale": scale, "out_dtype": name}

