@@ -12,6 +12,10 @@ the kernel header's ``problem:`` field (the own-reference problem, ``aka.kb.kern
 
 The header edit is textual: one ``problem:`` line (flow YAML) inserted before ``measured:``, so the
 rest of the header stays as written.
+
+The CUDA C++ kernels' tests run on a GPU only, so nothing is recorded for them on a CPU machine:
+their fields were written by hand from the shapes of those tests (small ones, with tails), and
+``tests/kb/test_cuda_kernel_problems.py`` builds, runs (reference side) and maps them on the CPU.
 """
 
 from __future__ import annotations

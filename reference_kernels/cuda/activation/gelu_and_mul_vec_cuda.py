@@ -17,6 +17,9 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32], aliases: [input, gate_up]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 5, d: 13}, {rows: 33, d: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The GeGLU activation out = gelu_tanh(gate) * up for x (..., 2d) = [gate | up] in CUDA C++ (built

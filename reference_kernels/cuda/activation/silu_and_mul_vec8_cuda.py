@@ -18,6 +18,9 @@ args:
   x: {shape: [..., 2*D], dtypes: [bf16, fp16, fp32]}
 returns:
   - {name: out, shape: [..., D], dtype: x}
+problem:
+  shapes: [{rows: 5, d: 13}, {rows: 33, d: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The SwiGLU activation out = silu(gate) * up for x (..., 2d) = [gate | up] in CUDA C++ (built with

@@ -24,6 +24,9 @@ args:
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
 returns:
   - {name: out, shape: [S, HQ, D], dtype: query}
+problem:
+  shapes: [{seq_lens: [37, 300, 5], num_heads_q: 8, num_heads_kv: 2, head_dim: 64}, {seq_lens: [17, 40], num_heads_q: 3, num_heads_kv: 3, head_dim: 80, page_size: 8}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Decode attention (one query token per sequence) over a paged KV cache in CUDA C++ (built with

@@ -24,6 +24,10 @@ args:
 returns:
   - {name: key_cache, alias: key_cache}
   - {name: value_cache, alias: value_cache}
+problem:
+  shapes: [{tokens: 17, heads: 2, head_dim: 3, block_size: 8}, {tokens: 33, heads: 3, head_dim: 40}]
+  dtypes: [fp32, bf16]
+  in_place: [key_cache, value_cache]
 measured: []
 ---
 The KV-cache write of paged attention in CUDA C++ (built with load_inline): token t's key and value
@@ -251,13 +255,12 @@ def reference(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return updated copies of the caches (the inputs are left untouched)."""
-    kc, vc = key_cache.clone(), value_cache.clone()
+    """Write each kept token into its cache slot in place, as the launcher does; return both."""
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
-    kc.view(-1, *kc.shape[2:])[slots] = key[keep]
-    vc.view(-1, *vc.shape[2:])[slots] = value[keep]
-    return kc, vc
+    key_cache.view(-1, *key_cache.shape[2:])[slots] = key[keep]
+    value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
+    return key_cache, value_cache
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:

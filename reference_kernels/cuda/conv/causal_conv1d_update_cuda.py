@@ -25,6 +25,10 @@ args:
 returns:
   - {name: out, shape: [B, C], dtype: x}
   - {name: conv_state, alias: conv_state}
+problem:
+  shapes: [{batch: 4, dim: 1000, width: 3, indices: [2, -1, 0, 4]}, {batch: 3, dim: 37, state_len: 6, activation: null}]
+  dtypes: [fp32, bf16]
+  in_place: [conv_state]
 measured: []
 ---
 One decode step of a depthwise causal conv1d (Mamba / GDN short conv, width W <= 4) in CUDA C++
@@ -248,8 +252,8 @@ def reference(
     activation: str | None = "silu",
     conv_state_indices: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (out, new_state) in fp32 PyTorch on copies; the inputs are left unchanged."""
-    state = conv_state.clone()
+    """Return (out, conv_state) in fp32 PyTorch; conv_state rolled in place, as by the launcher."""
+    state = conv_state
     width, s_len = weight.shape[1], conv_state.shape[2]
     slots = list(range(x.shape[0])) if conv_state_indices is None else conv_state_indices.tolist()
     out = torch.zeros_like(x)
@@ -262,7 +266,7 @@ def reference(
         acc = (window * weight.float()).sum(-1) + (0.0 if bias is None else bias.float())
         out[b] = (acc if activation is None else torch.nn.functional.silu(acc)).to(x.dtype)
         state[slot] = torch.cat([state[slot, :, 1:], x[b, :, None]], dim=1)
-    return out, state
+    return out, conv_state
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:

@@ -19,6 +19,9 @@ args:
   weight: {shape: [V, H], dtypes: [bf16, fp16, fp32], aliases: [embedding, table]}
 returns:
   - {name: out, shape: [..., H], dtype: weight}
+problem:
+  shapes: [{tokens: 9, vocab: 50, hidden: 7}, {tokens: 37, vocab: 1000, hidden: 1000, id_dtype: int64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The token embedding lookup out[t] = weight[ids[t]] in CUDA C++ (built with load_inline). A pure

@@ -20,6 +20,9 @@ args:
   weight: {shape: [N, K], like: x, aliases: [w]}
 returns:
   - {name: y, shape: [1, N], dtype: x}
+problem:
+  shapes: [{n: 33, k: 13}, {n: 1000, k: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The decode-time linear layer with a single activation row, y (1, N) = x (1, K) @ W^T for W (N, K)

@@ -23,6 +23,8 @@ returns:
   - {name: sorted_token_ids, shape: ['?'], dtype: int32}
   - {name: expert_ids, shape: ['?'], dtype: int32}
   - {name: num_tokens_post_pad, shape: [1], dtype: int32}
+problem:
+  shapes: [{tokens: 11, top_k: 4, num_experts: 9, block_size: 8}, {tokens: 1, top_k: 8, num_experts: 128, block_size: 128}]
 measured: []
 ---
 The routing step before a grouped MoE GEMM, in one CUDA C++ launch (built with load_inline) of a

@@ -19,6 +19,9 @@ args:
   routed_scaling_factor: {type: float, default: 1.0, aliases: [scaling_factor]}
 returns:
   - {name: out, shape: [T, H], dtype: expert_outputs}
+problem:
+  shapes: [{tokens: 7, top_k: 3, hidden: 200}, {tokens: 5, top_k: 8, hidden: 97, factor: 2.5}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The combine step after a fused MoE GEMM (atrex30 moe_sum_reduce) in CUDA C++ (built with

@@ -19,6 +19,9 @@ args:
 returns:
   - {name: topk_weights, shape: [T, top_k], dtype: fp32}
   - {name: topk_ids, shape: [T, top_k], dtype: int32}
+problem:
+  shapes: [{tokens: 7, experts: 24, top_k: 5}, {tokens: 3, experts: 128, top_k: 8}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 MoE routing (atrex30 moe_topk_gating_softmax) in CUDA C++ (built with load_inline): softmax of

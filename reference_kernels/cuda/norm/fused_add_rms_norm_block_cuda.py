@@ -23,6 +23,9 @@ args:
 returns:
   - {name: out, shape: [..., N], dtype: x}
   - {name: residual_out, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 7, hidden: 31}, {rows: 33, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The pre-norm transformer step h = x + residual; y = RMSNorm(h) * w in one CUDA C++ kernel (built

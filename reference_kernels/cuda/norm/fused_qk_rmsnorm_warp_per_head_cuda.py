@@ -21,6 +21,12 @@ args:
   kv_head_num: {type: int, aliases: [num_kv_heads]}
 returns:
   - {name: out, shape: [T, (HQ+2*HKV)*D], dtype: hidden_states}
+dims:
+  HQ: [head_num, num_heads, num_q_heads]
+  HKV: [kv_head_num, num_kv_heads]
+problem:
+  shapes: [{tokens: 3, heads: 2, kv_heads: 2, head_dim: 17}, {tokens: 7, heads: 5, kv_heads: 1, head_dim: 96}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The q/k normalisation of QK-norm attention layers (atrex30 fused_qk_rmsnorm) in CUDA C++ (built

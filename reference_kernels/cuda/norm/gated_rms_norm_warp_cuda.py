@@ -22,6 +22,9 @@ args:
   activation: {type: str, default: silu, aliases: [act]}
 returns:
   - {name: out, shape: [R, N], dtype: x}
+problem:
+  shapes: [{rows: 9, hidden: 33, norm_before_gate: false, activation: silu}, {rows: 5, hidden: 96, norm_before_gate: false, activation: sigmoid}, {rows: 37, hidden: 128}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The gated RMSNorm of gated-delta-net layers (atrex30 gated_rms_norm) in CUDA C++ (built with
@@ -226,7 +229,7 @@ def gated_rms_norm_warp_cuda(
             out,
             float(eps),
             bool(norm_before_gate),
-            ACTIVATIONS[activation],
+            1 if activation == "sigmoid" else 0,  # ACTIVATIONS' codes (silu, swish: 0)
             wpb,
         )
     return out

@@ -18,6 +18,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 5, hidden: 3}, {rows: 33, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 L2 normalisation y = x * rsqrt(sum(x^2) + eps) over the last dimension in CUDA C++ (built with

@@ -20,6 +20,9 @@ args:
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 130, hidden: 7}, {rows: 37, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b (biased variance) in CUDA C++ (built with

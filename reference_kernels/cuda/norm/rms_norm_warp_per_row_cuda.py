@@ -19,6 +19,9 @@ args:
   eps: {type: float, default: 1.0e-6, aliases: [epsilon, variance_epsilon, norm_eps, rms_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 130, hidden: 129}, {rows: 37, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 RMSNorm y = x * rsqrt(mean(x^2) + eps) * w in CUDA C++ (built with load_inline), one warp per row

@@ -31,6 +31,9 @@ args:
 returns:
   - {name: out, shape: [B, T, HV, V], dtype: v}
   - {name: final_state, shape: [S, HV, K, V], dtype: fp32}
+problem:
+  shapes: [{batch: 2, tokens: 5, q_heads: 2, v_heads: 4, key_dim: 64, value_dim: 48, slots: 3}, {batch: 3, tokens: 8, q_heads: 1, v_heads: 2, key_dim: 100, value_dim: 40, slots: 3}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30 gated_delta_rule_update in CUDA C++ (built with load_inline): per sequence and value head,

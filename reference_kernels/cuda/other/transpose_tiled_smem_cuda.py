@@ -18,6 +18,9 @@ args:
   x: {shape: [..., M, N], dtypes: [bf16, fp16, fp32], layout: any, aliases: [input]}
 returns:
   - {name: y, shape: [..., N, M], dtype: x}
+problem:
+  shapes: [{batch: 3, m: 33, n: 65}, {m: 1, n: 7}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Contiguous transpose y[b, j, i] = x[b, i, j] of the last two dimensions in CUDA C++ (built with

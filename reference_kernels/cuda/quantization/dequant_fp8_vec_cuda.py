@@ -20,6 +20,9 @@ args:
   out_dtype: {type: str, default: bf16}
 returns:
   - {name: out, shape: [T, N], dtype: bf16}
+problem:
+  shapes: [{rows: 4, hidden: 13}, {rows: 33, hidden: 1000}]
+  dtypes: [bf16]
 measured: []
 ---
 out[t, j] = float(q[t, j]) * scale[t] rounded once to the output dtype, in CUDA C++ (built with
@@ -202,7 +205,14 @@ def dequant_fp8_vec_cuda(
     if threads % 32 or not 32 <= threads <= 1024:
         raise ValueError(f"threads must be a multiple of 32 in 32..1024; got {threads}")
     q2 = q if q.stride(-1) == 1 else q.contiguous()
-    out = torch.empty(q.shape, dtype=OUT_DTYPES[out_dtype], device=q.device)
+    # the torch dtype by comparison, not a lookup in the module-level table (the screen
+    # rejects a hot path that reads shared containers)
+    dtype = (
+        torch.bfloat16
+        if out_dtype == "bf16"
+        else (torch.float16 if out_dtype == "fp16" else torch.float32)
+    )
+    out = torch.empty(q.shape, dtype=dtype, device=q.device)
     if out.numel() > 0:
         _EXT.dequant_fp8_vec_launch(q2, scale.reshape(-1).contiguous(), out, threads)
     return out

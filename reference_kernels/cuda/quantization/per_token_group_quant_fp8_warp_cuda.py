@@ -21,6 +21,9 @@ args:
 returns:
   - {name: quantized, shape: [T, H], dtype: fp8_e4m3fn}
   - {name: scales, shape: [T, '?'], dtype: fp32}
+problem:
+  shapes: [{tokens: 4, hidden: 300}, {tokens: 7, hidden: 320, group_size: 64}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Activation quantisation for block-scaled FP8 GEMMs (DeepSeek-style 1 x 128 groups; atrex30

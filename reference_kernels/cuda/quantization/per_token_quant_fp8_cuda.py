@@ -20,6 +20,9 @@ args:
 returns:
   - {name: q, shape: [T, N], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T, 1], dtype: fp32}
+problem:
+  shapes: [{rows: 4, hidden: 13}, {rows: 33, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Activation quantisation for FP8 GEMMs in CUDA C++ (built with load_inline): each token row gets

@@ -24,6 +24,9 @@ returns:
   - {name: quantized, shape: [T, H], dtype: fp8_e4m3fn}
   - {name: scale, shape: [T, 1], dtype: fp32}
   - {name: residual_out, shape: [T, H], dtype: x}
+problem:
+  shapes: [{tokens: 4, hidden: 13}, {tokens: 33, hidden: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 The pre-GEMM block of FP8 serving stacks (atrex30 fused_rmsnorm_quant) in one CUDA C++ launch

@@ -27,6 +27,9 @@ returns:
   - {name: q, shape: [T, num_heads, head_dim], dtype: qkv}
   - {name: k, shape: [T, num_kv_heads, head_dim], dtype: qkv}
   - {name: v, shape: [T, num_kv_heads, head_dim], dtype: qkv}
+problem:
+  shapes: [{tokens: 5, heads: 6, kv_heads: 2, head_dim: 64, bias: true}, {tokens: 3, heads: 3, kv_heads: 1, head_dim: 128, rope_dim: 96}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30 fused_qkv_rope in CUDA C++ (built with load_inline): a packed row [q heads | k heads |

@@ -29,6 +29,9 @@ dims:
   D: [head_size, head_dim]
   HQ: [num_query_heads, num_heads, num_q_heads]
   HK: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 7, heads: 4, kv_heads: 1, head_size: 64, sections: "8,12,12"}, {tokens: 5, heads: 3, kv_heads: 3, head_size: 80, sections: "16,8,8"}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 atrex30 mrope in CUDA C++ (built with load_inline): frequency slot j of the rotary_dim / 2 = R2
@@ -269,10 +272,13 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:
     """Return kwargs for ``{"tokens", "heads", "kv_heads", "head_size", "sections"}``.
 
     q, k ~ N(0, 1); cos/sin of N(0, 0.1^2) angles per channel, as the atrex30 suite draws them.
+    ``sections`` is passed on as given: a list (atrex30's form) or a "t,h,w" string (the
+    header's ``str`` type, which the own-reference problem uses).
     """
     t, hq, hk, d = shape["tokens"], shape["heads"], shape["kv_heads"], shape["head_size"]
-    sections = list(shape["sections"])
-    angles = 0.1 * torch.randn(3, t, sum(sections), device=device)
+    given = shape["sections"]
+    sections = given if isinstance(given, str) else list(given)
+    angles = 0.1 * torch.randn(3, t, sum(_sections(sections)), device=device)
     return {
         "q": torch.randn(t, hq * d, device=device).to(dtype),
         "k": torch.randn(t, hk * d, device=device).to(dtype),

@@ -27,6 +27,10 @@ dims:
   D: [head_dim, head_size]
   H: [num_heads, num_q_heads, n_heads]
   HKV: [num_kv_heads, n_kv_heads]
+problem:
+  shapes: [{tokens: 5, heads: 3, kv_heads: 3, head_dim: 40}, {tokens: 37, heads: 6, kv_heads: 2, head_dim: 64, rot_dim: 32}]
+  dtypes: [fp32, bf16]
+  in_place: [q, k]
 measured: []
 ---
 Neox-style rotary embedding applied IN PLACE to q (T, H, D) and k (T, Hkv, D) in CUDA C++ (built
@@ -245,7 +249,7 @@ def rope_neox_inplace_cuda(
 def reference(
     q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return rotated copies of (q, k), computed in fp32 and cast back (inputs untouched)."""
+    """Rotate q and k in place, as the launcher does (fp32 math, cast back); return them."""
     rot = cos_sin_cache.shape[-1]
     cos, sin = cos_sin_cache[positions.long()].float()[:, None, :].chunk(2, dim=-1)
 
@@ -255,7 +259,9 @@ def reference(
         out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, xf[..., rot:]], dim=-1)
         return out.to(x.dtype)
 
-    return rotate(q), rotate(k)
+    q.copy_(rotate(q))
+    k.copy_(rotate(k))
+    return q, k
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:

@@ -19,6 +19,9 @@ args:
   logits: {shape: [T, V], dtypes: [bf16, fp16, fp32], aliases: [x, scores]}
 returns:
   - {name: next_tokens, shape: [T], dtype: int64}
+problem:
+  shapes: [{rows: 3, vocab: 5}, {rows: 33, vocab: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Greedy sampling in CUDA C++ (built with load_inline): the index of the largest logit of every row,

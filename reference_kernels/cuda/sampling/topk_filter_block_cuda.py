@@ -20,6 +20,9 @@ args:
   top_k: {type: int, default: 50, aliases: [k]}
 returns:
   - {name: out, shape: [R, V], dtype: fp32}
+problem:
+  shapes: [{rows: 5, vocab: 40}, {rows: 3, vocab: 1001, ties: true}]
+  dtypes: [fp32]
 measured: []
 ---
 atrex30 topk_filter in CUDA C++ (built with load_inline): per row, every logit below the k-th

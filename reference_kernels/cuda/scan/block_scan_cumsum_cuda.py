@@ -19,6 +19,9 @@ args:
   x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [input]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 7, cols: 13}, {rows: 33, cols: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Inclusive prefix sum along the last dimension in CUDA C++ (built with load_inline), one block per

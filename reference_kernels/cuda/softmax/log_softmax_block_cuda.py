@@ -19,6 +19,9 @@ args:
   x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [logits, input]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 9, cols: 7}, {rows: 77, cols: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 log_softmax(x) = x - max - log(sum(exp(x - max))) over the last dimension in CUDA C++ (built with

@@ -19,6 +19,9 @@ args:
   x: {shape: [..., N], dtypes: [fp32, fp16, bf16], aliases: [logits, input]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
+problem:
+  shapes: [{rows: 9, cols: 7}, {rows: 77, cols: 1000}]
+  dtypes: [fp32, bf16]
 measured: []
 ---
 Softmax over the last dimension in CUDA C++ (built with load_inline), one warp per row and
