@@ -69,10 +69,7 @@ FAMILY_MAPPED = {
 }
 #: Launchers the screen rejects (torch compute in forward): the scorer rejects them on the GPU
 #: too, on every problem. Fix the launcher, then drop its entry.
-SCREEN_KNOWN = {
-    "gated_delta_rule_update_cuda": {"torch-compute-in-forward"},
-    "fused_qkv_rope_cuda": {"torch-compute-in-forward"},
-}
+SCREEN_KNOWN: dict[str, set[str]] = {}
 
 
 class _DryScorer:

@@ -304,3 +304,30 @@ def test_cuda_k3_launcher_rejects_bad_input(load_kernel, relpath, call, match):
     mod = load_kernel(f"cuda/{relpath}.py")
     with pytest.raises(ValueError, match=match):
         call(mod, "cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_k3_qkv_rope_reads_int32_and_int64_positions_alike(load_kernel):
+    mod = load_kernel("cuda/rope/fused_qkv_rope_cuda.py")
+    shape = {"tokens": 9, "heads": 4, "kv_heads": 2, "head_dim": 64}
+    inputs = mod.make_inputs(shape, torch.bfloat16, device="cuda")
+    narrow = mod.fused_qkv_rope_cuda(**inputs)
+    wide = mod.fused_qkv_rope_cuda(**{**inputs, "positions": inputs["positions"].long()})
+    for a, b in zip(narrow, wide, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_cuda_k3_gated_delta_rule_copies_idle_slots_and_keeps_the_pool(load_kernel):
+    mod = load_kernel("cuda/other/gated_delta_rule_update_cuda.py")
+    shape = {"batch": 2, "tokens": 3, "q_heads": 2, "v_heads": 4, "key_dim": 64,
+             "value_dim": 48, "slots": 5}  # fmt: skip
+    inputs = mod.make_inputs(shape, torch.float32, device="cuda")
+    pool = inputs["initial_state"].clone()
+    final = mod.gated_delta_rule_update_cuda(**inputs)["final_state"]
+    torch.cuda.synchronize()
+    assert torch.equal(inputs["initial_state"], pool)  # the input pool is not modified
+    used = set(inputs["initial_state_indices"].tolist())
+    for slot in range(5):
+        same = torch.equal(final[slot], pool[slot])
+        assert same == (slot not in used), slot  # idle slots copied, owned ones updated

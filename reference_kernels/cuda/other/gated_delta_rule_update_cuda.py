@@ -42,8 +42,10 @@ for each token in order, state *= exp(-exp(A_log) * softplus(a + dt_bias)); v_ne
 head h reading query/key head h // (HV / HQ). One block per (value head, sequence, 128 value
 columns) with one thread per value column j: the thread keeps state[:, j] (K <= 128 fp32 values)
 in registers for the whole sequence, so the state is read from and written to DRAM once per call,
-not once per token. Per
-token the block stages k and q in shared memory (every thread then reads them as broadcasts and
+not once per token. The returned pool is a new tensor: a first small kernel copies the slots no
+sequence of the batch owns (a block per slot checks the index list), the step kernel writes the
+owned ones, so no slot is written twice and the input pool is never modified. Per token the block
+stages k and q in shared memory (every thread then reads them as broadcasts and
 computes the norms and gates redundantly, which costs no synchronisation), and each thread does
 4K FMAs: decay, k-projection, rank-1 update and q-projection, with two __syncthreads per token.
 DRAM traffic: 2 * 4KV bytes of state per (sequence, head) plus the token inputs; it wins at decode
@@ -139,6 +141,27 @@ __global__ void __launch_bounds__(128) gated_delta_rule_update_kernel(
         }
     }
 }
+
+// grid (S, chunks): block (s, c) copies part of slot s of the pool unless a sequence of the batch
+// owns slot s (the step kernel writes those), so every slot of state1 is written exactly once.
+__global__ void copy_idle_slots_kernel(const float* __restrict__ state0,
+                                       const int* __restrict__ slots, float* __restrict__ state1,
+                                       int batch, int64_t slot_elems) {
+    __shared__ int used;
+    const int s = blockIdx.x;
+    if (threadIdx.x == 0) used = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < batch; i += blockDim.x) {
+        if (slots[i] == s) used = 1;  // benign race: every writer stores 1
+    }
+    __syncthreads();
+    if (used) return;
+    const int64_t base = (int64_t)s * slot_elems;
+    const int64_t step = (int64_t)gridDim.y * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; e < slot_elems; e += step) {
+        state1[base + e] = state0[base + e];
+    }
+}
 """
 
 _CUDA_HOST = r"""
@@ -170,11 +193,20 @@ void gated_delta_rule_update_launch(torch::Tensor a_log, torch::Tensor a, torch:
                                     torch::Tensor out, torch::Tensor state1, double sp_beta,
                                     double sp_threshold, bool l2norm, int64_t k_max) {
     const c10::cuda::CUDAGuard guard(q.device());
-    const int tokens = (int)q.size(1), hq = (int)q.size(2), kd = (int)q.size(3);
-    const int hv = (int)v.size(2), vd = (int)v.size(3);
-    const unsigned threads = (unsigned)std::min(128, (vd + 31) / 32 * 32);
-    const dim3 grid((unsigned)hv, (unsigned)q.size(0), (unsigned)((vd + threads - 1) / threads));
+    const int bsz = (int)q.size(0), tokens = (int)q.size(1), hq = (int)q.size(2);
+    const int kd = (int)q.size(3), hv = (int)v.size(2), vd = (int)v.size(3);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const int64_t slots_n = state0.size(0), slot_elems = state0.numel() / std::max<int64_t>(1, slots_n);
+    if (slots_n > 0 && slot_elems > 0) {  // the pool's idle slots, copied unchanged
+        const unsigned chunks = (unsigned)std::min<int64_t>(64, (slot_elems + 255) / 256);
+        copy_idle_slots_kernel<<<dim3((unsigned)slots_n, chunks), 256, 0, stream>>>(
+            state0.data_ptr<float>(), slots.data_ptr<int>(), state1.data_ptr<float>(), bsz,
+            slot_elems);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    if (bsz == 0 || hv == 0 || vd == 0) return;
+    const unsigned threads = (unsigned)std::min(128, (vd + 31) / 32 * 32);
+    const dim3 grid((unsigned)hv, (unsigned)bsz, (unsigned)((vd + threads - 1) / threads));
     AKA_DISPATCH_FLOAT(q.scalar_type(), T, {
         if (k_max == 64) { AKA_GDR_LAUNCH(64); } else { AKA_GDR_LAUNCH(128); }
     });
@@ -277,8 +309,9 @@ def gated_delta_rule_update_cuda(
     if k_max not in (64, 128) or k_max < kd:
         raise ValueError(f"k_max must be 64 or 128 and at least K = {kd}; got {k_max}")
     out = torch.empty_like(v, memory_format=torch.contiguous_format)
-    final_state = initial_state.clone(memory_format=torch.contiguous_format)
-    if out.numel() > 0:
+    # written whole by the kernels: the sequences' slots by the step kernel, the rest copied
+    final_state = torch.empty_like(initial_state, memory_format=torch.contiguous_format)
+    if out.numel() > 0 or final_state.numel() > 0:
         _EXT.gated_delta_rule_update_launch(
             *(x.contiguous() for x in (A_log, a, dt_bias, q, k, v, b, initial_state)),
             initial_state_indices.contiguous(),

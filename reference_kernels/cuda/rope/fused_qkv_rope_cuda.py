@@ -37,8 +37,9 @@ v heads] of one token is split into contiguous q, k, v, with the first rope_dim 
 k head rotated neox-style (halves [x1 | x2] -> [x1 c - x2 s | x2 c + x1 s]) at angle
 position * base^(-2i / rope_dim), and the optional bias added first. One block per token: the
 block computes the token's rope_dim / 2 (cos, sin) pairs once into shared memory (sincosf on
-position * inv_freq, the fp32 inv_freq table built on the host exactly as the reference does, so
-the angles round identically), then its threads walk all (head, pair) slots of q and k, the
+position * inv_freq, each inv_freq computed in the kernel with the same fp32 operations as the
+reference's table, so the angles round alike; int32 or int64 positions are read as they come),
+then its threads walk all (head, pair) slots of q and k, the
 pass-through dims and v with unit-stride loads and stores. DRAM traffic is one read and one write
 per element (4 bytes per bf16 element), about 6 FLOPs per rotated pair, one sincosf per pair per
 token instead of per head. It wins for decode and short prefills where the row is a few KB and
@@ -71,18 +72,21 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 
 #define MAX_HALF 256
 
-// one block per token; q, k, v outputs are contiguous (T, heads, D)
-template <typename T>
+// one block per token; q, k, v outputs are contiguous (T, heads, D); positions int32 or int64
+template <typename T, typename P>
 __global__ void fused_qkv_rope_kernel(
-    const T* __restrict__ qkv, const T* __restrict__ bias, const int64_t* __restrict__ positions,
-    const float* __restrict__ inv_freq, T* __restrict__ q, T* __restrict__ k, T* __restrict__ v,
+    const T* __restrict__ qkv, const T* __restrict__ bias, const P* __restrict__ positions,
+    float base, T* __restrict__ q, T* __restrict__ k, T* __restrict__ v,
     int heads, int kv_heads, int d, int rope_dim, int64_t stride_t) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     const int64_t tok = blockIdx.x;
     const int half = rope_dim >> 1;
     const float pos = (float)positions[tok];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        sincosf(pos * inv_freq[i], &sn[i], &cs[i]);
+        // inv_freq in fp32 exactly as the reference's torch ops round it: the exponent 2i / rope_dim
+        // (IEEE division), base ** exponent (powf), then its reciprocal
+        const float inv_freq = 1.0f / powf(base, (float)(2 * i) / (float)rope_dim);
+        sincosf(pos * inv_freq, &sn[i], &cs[i]);
     }
     __syncthreads();
     const T* row = qkv + tok * stride_t;
@@ -127,19 +131,23 @@ _CUDA_HOST = r"""
         default: TORCH_CHECK(false, "unsupported dtype ", st);                     \
     }
 
+#define AKA_QKV_ROPE_LAUNCH(P)                                                           \
+    fused_qkv_rope_kernel<T, P><<<(unsigned)qkv.size(0), (unsigned)threads, 0, stream>>>(   \
+        static_cast<const T*>(qkv.data_ptr()), bp, positions.data_ptr<P>(), (float)base,     \
+        static_cast<T*>(q.data_ptr()), static_cast<T*>(k.data_ptr()),                        \
+        static_cast<T*>(v.data_ptr()), heads, kv_heads, d, (int)rope_dim, qkv.stride(0))
+
 void fused_qkv_rope_launch(torch::Tensor qkv, c10::optional<torch::Tensor> bias,
-                           torch::Tensor positions, torch::Tensor inv_freq, torch::Tensor q,
+                           torch::Tensor positions, double base, torch::Tensor q,
                            torch::Tensor k, torch::Tensor v, int64_t rope_dim, int64_t threads) {
     const c10::cuda::CUDAGuard guard(qkv.device());
     const int heads = (int)q.size(1), kv_heads = (int)k.size(1), d = (int)q.size(2);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const bool wide = positions.scalar_type() == at::ScalarType::Long;
+    TORCH_CHECK(wide || positions.scalar_type() == at::ScalarType::Int, "positions: int32/int64");
     AKA_DISPATCH_FLOAT(qkv.scalar_type(), T, {
         const T* bp = bias.has_value() ? static_cast<const T*>(bias->data_ptr()) : nullptr;
-        fused_qkv_rope_kernel<T><<<(unsigned)qkv.size(0), (unsigned)threads, 0, stream>>>(
-            static_cast<const T*>(qkv.data_ptr()), bp, positions.data_ptr<int64_t>(),
-            inv_freq.data_ptr<float>(), static_cast<T*>(q.data_ptr()),
-            static_cast<T*>(k.data_ptr()), static_cast<T*>(v.data_ptr()), heads, kv_heads, d,
-            (int)rope_dim, qkv.stride(0));
+        if (wide) { AKA_QKV_ROPE_LAUNCH(int64_t); } else { AKA_QKV_ROPE_LAUNCH(int32_t); }
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -147,7 +155,7 @@ void fused_qkv_rope_launch(torch::Tensor qkv, c10::optional<torch::Tensor> bias,
 
 _CPP_DECL = (
     "void fused_qkv_rope_launch(torch::Tensor qkv, c10::optional<torch::Tensor> bias, "
-    "torch::Tensor positions, torch::Tensor inv_freq, torch::Tensor q, torch::Tensor k, "
+    "torch::Tensor positions, double base, torch::Tensor q, torch::Tensor k, "
     "torch::Tensor v, int64_t rope_dim, int64_t threads);"
 )
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -237,8 +245,8 @@ def fused_qkv_rope_cuda(
         _EXT.fused_qkv_rope_launch(
             qkv if qkv.stride(1) == 1 else qkv.contiguous(),
             None if qkv_bias is None else qkv_bias.contiguous(),
-            positions.to(torch.int64).contiguous(),
-            _inv_freq(rope_dim, qkv.device),
+            positions.contiguous(),
+            ROPE_BASE,
             q,
             k,
             v,
