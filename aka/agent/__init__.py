@@ -4,7 +4,7 @@ Never talks HTTP to clients (that is ``aka.service``); calls the scorer (``aka.b
 knowledge base (``aka.kb``). litellm, langgraph and jinja2 load only when a run needs them.
 """
 
-from aka.agent.adapt import AdaptError, adapt_kernel, map_arguments
+from aka.agent.adapt import AdaptError, InPlaceMismatchError, adapt_kernel, map_arguments
 from aka.agent.decide import best_of_round, decide
 from aka.agent.dropout import apply_dropout
 from aka.agent.graph import AgentRuntime, build_graph
@@ -43,6 +43,7 @@ __all__ = [
     "Decision",
     "DropoutEvent",
     "EvalSlot",
+    "InPlaceMismatchError",
     "KBSnippet",
     "LLMProposer",
     "ProfileReport",

@@ -3,10 +3,11 @@
 Owns the mapping of a kernel header's declared contract (``KernelMeta.args``, ``returns``,
 ``dims``: symbolic shapes, dtypes, scalars) onto a problem's ``InputSignature`` (real shapes,
 dtypes, names and values, taken by the scorer's reference worker): a search over assignments of
-the problem's tensors to launcher parameters, each unified by ``aka.agent.unify``; and the
-generation of a self-contained
-candidate: the kernel's module text (minus its ``reference``/``make_inputs`` helpers) plus a
-``ModelNew`` whose ``__init__`` and ``forward`` mirror the problem's and call the launcher.
+the problem's tensors to launcher parameters, each unified by ``aka.agent.unify``, and checked
+against the problem's ``in_place`` inputs (``aka.agent.in_place``); and the generation of a
+self-contained candidate: the kernel's module text (minus its ``reference``/``make_inputs``
+helpers) plus a ``ModelNew`` whose ``__init__`` and ``forward`` mirror the problem's and call
+the launcher.
 
 The mapping is generic: names are only a tie-breaker; symbols are unified with real sizes, so a
 problem may call its inputs anything. Forward-time glue is limited to views (``reshape``,
@@ -27,6 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
+from aka.agent.in_place import in_place_mismatch
 from aka.agent.unify import (
     Blocked,
     Env,
@@ -41,7 +43,14 @@ from aka.core.pyparse import parse_module
 from aka.spec import TORCH_DTYPE_NAMES, KernelMeta, read_source_facts
 from aka.spec.kernel_meta import ScalarArgSpec, TensorArgSpec, parse_dim
 
-__all__ = ["AdaptError", "AdaptPlan", "TensorBinding", "adapt_kernel", "map_arguments"]
+__all__ = [
+    "AdaptError",
+    "AdaptPlan",
+    "InPlaceMismatchError",
+    "TensorBinding",
+    "adapt_kernel",
+    "map_arguments",
+]
 
 _FLOATS = frozenset({"fp64", "fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2"})
 _INTS = frozenset({"int64", "int32", "int16", "int8", "uint8"})
@@ -53,6 +62,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "str": (str,),
 }
+_LIST_TYPES = {"list[int]": "int", "list[float]": "float"}
 
 
 class AdaptError(AgentError):
@@ -62,6 +72,17 @@ class AdaptError(AgentError):
     """
 
     code = "agent.adapt"
+
+
+class InPlaceMismatchError(AdaptError):
+    """The kernel's in-place writes differ from what the problem declares in ``in_place``.
+
+    A kernel that updates an input the problem does not declare would be rejected late, as
+    ``mutated_input``; one that leaves a declared input stale, as a wrong ``in_place:`` output.
+    Glue cannot bridge either without torch compute (a clone or a copy) on the timed path.
+    """
+
+    code = "agent.adapt.in_place"
 
 
 @dataclass(frozen=True)
@@ -138,9 +159,14 @@ def _sources(signature: InputSignature) -> tuple[list[_Source], list[_Source], l
             bad.append(
                 f"forward argument '{arg.name}' is a {arg.type_name}, which no launcher takes"
             )
+        elif arg.kind == "sequence":
+            scalars += _sequence_sources(
+                _Source(arg.name, arg.name, "forward", i, value=arg.value, passed=arg.provided)
+            )
     for i, arg in enumerate(signature.init_args):
-        if arg.kind == "scalar":
-            scalars.append(_Source(arg.name, f"self.{arg.name}", "init", i, value=arg.value))
+        if arg.kind in ("scalar", "sequence"):
+            src = _Source(arg.name, f"self.{arg.name}", "init", i, value=arg.value)
+            scalars += _sequence_sources(src) if arg.kind == "sequence" else [src]
     for i, t in enumerate(signature.parameters):
         if "." in t.name:
             bad.append(f"model state '{t.name}' lives in a submodule; only top-level weights map")
@@ -148,6 +174,21 @@ def _sources(signature: InputSignature) -> tuple[list[_Source], list[_Source], l
             _Source(t.name, f"self.{t.name}", "parameter", 100 + i, tuple(t.shape), t.dtype)
         )
     return tensors, scalars, bad
+
+
+def _sequence_sources(src: _Source) -> list[_Source]:
+    """A list argument, then each of its items as ``name[i]`` (a header alias may name one)."""
+    items = [
+        _Source(f"{src.name}[{j}]", f"{src.expr}[{j}]", src.origin, src.position, value=v,
+                passed=False)
+        for j, v in enumerate(src.value or [])
+    ]  # fmt: skip
+    return [src, *items]
+
+
+def _base_name(name: str) -> str:
+    """The argument an item source belongs to (``mrope_section[0]`` -> ``mrope_section``)."""
+    return name.split("[", 1)[0]
 
 
 def _names(param: str, aliases: list[str]) -> set[str]:
@@ -307,6 +348,17 @@ def _scalar_args(meta: KernelMeta) -> list[tuple[str, ScalarArgSpec]]:
     return [(k, v) for k, v in meta.args.items() if isinstance(v, ScalarArgSpec)]
 
 
+def _type_ok(kind: str, value: Any) -> bool:
+    """Whether ``value`` fits a header scalar type (a bool is no int; list types take lists)."""
+    if kind in _LIST_TYPES:
+        return isinstance(value, list) and all(_type_ok(_LIST_TYPES[kind], v) for v in value)
+    if isinstance(value, list):
+        return False
+    return isinstance(value, _SCALAR_TYPES[kind]) and (
+        kind == "bool" or not isinstance(value, bool)
+    )
+
+
 def _map_scalars(
     meta: KernelMeta, scalars: list[_Source], used: set[str], required: set[str]
 ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -333,11 +385,10 @@ def _map_scalars(
                 )
             values[name] = spec.default
             continue
-        ok = _SCALAR_TYPES[spec.type]
-        if not isinstance(src.value, ok) or (spec.type != "bool" and isinstance(src.value, bool)):
+        if not any(_type_ok(kind, src.value) for kind in spec.types):
             raise AdaptError(
-                f"{meta.id}: launcher parameter '{name}' takes a {spec.type}, but the problem's "
-                f"'{src.name}' is {src.value!r}"
+                f"{meta.id}: launcher parameter '{name}' takes a {' or '.join(spec.types)}, but "
+                f"the problem's '{src.name}' is {src.value!r}"
             )
         exprs[name], values[name] = src.expr, src.value
         used.add(src.name)
@@ -421,11 +472,44 @@ def _map_outputs(
                 break
             if None not in shape:
                 inputs = [(s.expr, s.shape) for s in sources]
-                view = reshape_expr(expr, [s for s in shape if s is not None], out.shape, inputs)
+                view = _inverse_view(meta, spec.shape, bindings, sources, expr, out.shape)
+                if view is None:
+                    view = reshape_expr(
+                        expr, [s for s in shape if s is not None], out.shape, inputs
+                    )
                 if view is not None:
                     exprs.append(view)
                     break
     return exprs
+
+
+def _inverse_view(
+    meta: KernelMeta,
+    tokens: list[Any] | None,
+    bindings: dict[str, TensorBinding],
+    sources: list[_Source],
+    expr: str,
+    want: list[int],
+) -> str | None:
+    """``expr`` viewed as the problem tensor that a view of fed a same-shaped parameter, or None.
+
+    Sizes alone cannot place a dim that is 1 in the described shape: with one KV head, (T, 1, D)
+    -> (T, D) merges the 1 into T or into D alike, and merging it into T is wrong at HK > 1. The
+    symbols can: an output declared [T, HK, D] like parameter ``k``, which was a view of the
+    problem's ``k`` (T, HK * D), goes back to that tensor's shape at every size.
+    """
+    if tokens is None:
+        return None
+    for name, b in bindings.items():
+        arg = meta.args[name]
+        if b.source is None or not b.reshaped or b.transposed:
+            continue
+        if not isinstance(arg, TensorArgSpec) or list(arg.shape) != list(tokens):
+            continue
+        src = next(s for s in sources if s.name == b.source)
+        if list(src.shape) == list(want):
+            return f"{expr}.reshape({src.expr}.shape)"
+    return None
 
 
 def _check_exprs(env: Env, values: dict[str, Any]) -> None:
@@ -479,17 +563,25 @@ def map_arguments(
             f"{meta.id}: cannot map the problem onto {meta.launcher}(): "
             f"{search.deepest[1] or 'no assignment of its tensors fits'}"
         )
-    scalar_exprs, values = _map_scalars(meta, scalars, used, required or set())
+    # a scalar that gives a dim may feed a launcher scalar as well (head_size: D and head_size=)
+    mapped: set[str] = set()
+    scalar_exprs, values = _map_scalars(meta, scalars, mapped, required or set())
+    used_bases = {_base_name(n) for n in used | mapped}
     unmapped = [
-        s.name for s in scalars if s.origin == "forward" and s.passed and s.name not in used
+        s.name for s in scalars if s.origin == "forward" and s.passed and s.name not in used_bases
     ]
     if unmapped:
         raise AdaptError(
             f"{meta.id}: forward argument '{unmapped[0]}' (scalar) matches no parameter of "
             f"{meta.launcher}() (its scalars: {[k for k, _ in _scalar_args(meta)]})"
         )
-    reason = ""
+    reason, in_place = "", False  # why the best-scored mapping failed
     for score, found_env, bindings in sorted(search.solutions, key=lambda s: -s[0]):
+        mismatch = in_place_mismatch(meta, signature, {k: b.source for k, b in bindings.items()})
+        if mismatch is not None:
+            if not reason:
+                reason, in_place = mismatch, True
+            continue
         try:
             _check_exprs(found_env, values)
             returns = _map_outputs(meta, signature, found_env, bindings, values, tensors)
@@ -506,8 +598,14 @@ def map_arguments(
             output_keys=[o.name for o in signature.outputs],
             dims=dict(found_env.dims),
             score=score,
-            unused_init=[s.name for s in scalars if s.origin == "init" and s.name not in used],
+            unused_init=[
+                s.name
+                for s in scalars
+                if s.origin == "init" and "[" not in s.name and s.name not in used_bases
+            ],
         )
+    if in_place:
+        raise InPlaceMismatchError(f"{meta.id} on {signature.problem_name}: {reason}")
     raise AdaptError(
         f"{meta.id}: the outputs of {meta.launcher}() do not give the reference's: {reason}"
     )

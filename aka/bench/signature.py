@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 ScalarValue = int | float | bool | str | None
-ArgKind = Literal["tensor", "scalar", "none", "other"]
+#: A list or tuple of plain scalars (``mrope_section=[16, 24, 24]``), kept as a list.
+SequenceValue = list[int | float | bool | str]
+ArgKind = Literal["tensor", "scalar", "sequence", "none", "other"]
 
 #: torch dtype (as ``str(dtype)`` without ``torch.``) -> the short names of ``aka.spec.DType``.
 _DTYPE_NAMES = {torch_name: dtype.value for dtype, torch_name in TORCH_DTYPE_NAMES.items()}
@@ -59,11 +61,16 @@ class ArgInfo(_Model):
     """One argument of ``forward`` or one parameter of ``Model.__init__``."""
 
     name: str
-    kind: ArgKind = Field(description="tensor, scalar (int/float/bool/str), none, or other.")
+    kind: ArgKind = Field(
+        description="tensor, scalar (int/float/bool/str), sequence (a list or tuple of "
+        "scalars), none, or other."
+    )
     shape: list[int] | None = Field(default=None, description="Tensors: the shape.")
     dtype: str | None = Field(default=None, description="Tensors: short dtype name.")
     stride: list[int] | None = Field(default=None, description="Tensors: strides in elements.")
-    value: ScalarValue = Field(default=None, description="Scalars: the value.")
+    value: ScalarValue | SequenceValue = Field(
+        default=None, description="Scalars: the value; sequences: the items, as a list."
+    )
     type_name: str = Field(default="", description="Python type of the value.")
     provided: bool = Field(
         default=True, description="False when the value is the signature's default."
@@ -93,6 +100,10 @@ class InputSignature(_Model):
     )
     output_kind: Literal["tensor", "tuple", "dict"]
     outputs: list[TensorInfo] = Field(description="The reference outputs, in order.")
+    in_place: list[str] = Field(
+        default_factory=list,
+        description="The problem's in_place inputs: those its operator legitimately updates.",
+    )
 
     def forward_arg(self, name: str) -> ArgInfo | None:
         """Return forward's argument called ``name``, if any."""
@@ -103,6 +114,16 @@ def dtype_name(dtype: Any) -> str:
     """Return the short name of a torch dtype (``torch.bfloat16`` -> ``bf16``)."""
     text = str(dtype).removeprefix("torch.")
     return _DTYPE_NAMES.get(text, text)
+
+
+def _is_plain_scalar(value: Any) -> bool:
+    return isinstance(value, bool | int | str) or (
+        isinstance(value, float) and math.isfinite(value)
+    )
+
+
+def _is_plain_sequence(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(_is_plain_scalar(v) for v in value)
 
 
 def _describe_value(name: str, value: Any, *, provided: bool, has_default: bool) -> ArgInfo:
@@ -124,8 +145,10 @@ def _describe_value(name: str, value: Any, *, provided: bool, has_default: bool)
         )
     if value is None:
         return ArgInfo(kind="none", **common)
-    if isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
+    if _is_plain_scalar(value):
         return ArgInfo(kind="scalar", value=value, **common)
+    if _is_plain_sequence(value):  # section sizes, strides: the adapter may pass or index them
+        return ArgInfo(kind="sequence", value=list(value), **common)
     return ArgInfo(kind="other", **common)
 
 
@@ -151,7 +174,7 @@ def _init_args(rt: ProblemRuntime, model: Any, shape: dict[str, Any]) -> list[Ar
         has_default = p.default is not p.empty
         value = given.get(p.name, p.default if has_default else None)
         attr = getattr(model, p.name, None)
-        if isinstance(attr, bool | int | float | str):
+        if isinstance(attr, bool | int | float | str) or _is_plain_sequence(attr):
             value = attr  # what the model really kept (it may have normalised the argument)
         out.append(
             _describe_value(p.name, value, provided=p.name in given, has_default=has_default)
@@ -221,6 +244,7 @@ def describe_reference(rt: ProblemRuntime, shape: dict[str, Any], seed: int) -> 
             TensorInfo(name=k, shape=list(t.shape), dtype=dtype_name(t.dtype))
             for k, t in tensors.items()
         ],
+        in_place=list(rt.problem.get("in_place") or []),
     )
     return signature.model_dump(mode="json")
 

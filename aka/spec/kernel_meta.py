@@ -160,11 +160,19 @@ class TensorArgSpec(_Strict):
         return value
 
 
+ScalarType = Literal["float", "int", "bool", "str", "list[int]", "list[float]"]
+
+
 class ScalarArgSpec(_Strict):
-    """A launcher parameter that takes a Python scalar."""
+    """A launcher parameter that takes a Python scalar, or a list of them (section sizes)."""
 
     kind: Literal["scalar"] = "scalar"
-    type: Literal["float", "int", "bool", "str"] = Field(description="The scalar's Python type.")
+    type: ScalarType | list[ScalarType] = Field(
+        description="The value's Python type, or the types it may have ([list[int], str] for "
+        "'str | Sequence[int]'); list[int]/list[float] take a problem's list or tuple argument "
+        "whole."
+    )
+
     default: TuningValue | None = Field(
         default=None,
         description="The launcher's default (used when the problem has no counterpart); "
@@ -172,8 +180,14 @@ class ScalarArgSpec(_Strict):
     )
     aliases: list[str] = Field(
         default_factory=list,
-        description="Other names a problem may use, e.g. [epsilon, variance_epsilon] for eps.",
+        description="Other names a problem may use, e.g. [epsilon, variance_epsilon] for eps; "
+        "'name[i]' takes item i of a problem's list argument (mrope_section[0]).",
     )
+
+    @property
+    def types(self) -> list[ScalarType]:
+        """The accepted types, as a list."""
+        return list(self.type) if isinstance(self.type, list) else [self.type]
 
 
 def _arg_kind(value: Any) -> str:

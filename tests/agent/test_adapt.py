@@ -10,8 +10,9 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 
-from aka.agent.adapt import AdaptError, adapt_kernel, map_arguments
+from aka.agent.adapt import AdaptError, InPlaceMismatchError, adapt_kernel, map_arguments
 from aka.bench import ArgInfo, InputSignature, Scorer, TensorInfo, screen_source
 from aka.core import AgentError, BenchConfig
 from aka.kb import LoadedKernel, load_kernels
@@ -40,6 +41,7 @@ def sig(
     outputs: list[TensorInfo],
     init: list[ArgInfo] = (),  # type: ignore[assignment]
     parameters: list[TensorInfo] = (),  # type: ignore[assignment]
+    in_place: list[str] = (),  # type: ignore[assignment]
 ) -> InputSignature:
     init = list(init)
     kind = "tensor" if len(outputs) == 1 else "tuple"
@@ -55,6 +57,7 @@ def sig(
         parameters=list(parameters),
         output_kind=kind,
         outputs=outs,
+        in_place=list(in_place),
     )
 
 
@@ -122,9 +125,7 @@ def test_map_splits_flattened_heads_with_a_scalar_that_gives_the_head_size(kerne
         q.view
         == "query.reshape(query.shape[0], query.shape[1] // (self.head_size), self.head_size)"
     )
-    assert (
-        plan.returns[0] == "_out[0].reshape(_out[0].shape[0], _out[0].shape[1] * _out[0].shape[2])"
-    )
+    assert plan.returns == ["_out[0].reshape(query.shape)", "_out[1].reshape(key.shape)"]
 
 
 def test_map_splits_out_a_single_head(kernels):
@@ -243,6 +244,135 @@ def test_map_refuses_a_header_without_a_contract(kernels):
     bare = meta(kernels, "rms_norm_rowwise").model_copy(update={"args": {}, "returns": []})
     with pytest.raises(AdaptError, match="declares no launcher contract"):
         map_arguments(bare, RMS)
+
+
+# ------------------------------------------------------------------ list arguments, head views
+def header(args: str, returns: str, extra: str = "") -> KernelMeta:
+    """A kernel header written here: these contracts must not change under other sessions."""
+    text = f"""
+id: made_up
+title: A contract for the adapter's tests
+op_family: rope
+dsl: triton
+arch: [sm_90]
+dtypes: [bf16]
+bound: memory
+launcher: made_up
+args: {args}
+returns: {returns}
+{extra}
+"""
+    return KernelMeta.model_validate(yaml.safe_load(text))
+
+
+def seq(name: str, value: list[int]) -> ArgInfo:
+    return ArgInfo(name=name, kind="sequence", value=value, type_name="list")
+
+
+MROPE_TENSORS = (
+    "q: {shape: [T, HQ, D], dtypes: [bf16], flattened: true}, "
+    "k: {shape: [T, HK, D], like: q, flattened: true}, "
+    "cos: {shape: [3, T, R2], dtypes: [fp32]}, sin: {shape: [3, T, R2], dtypes: [fp32]}"
+)
+MROPE_RETURNS = "[{shape: [T, HQ, D], dtype: q}, {shape: [T, HK, D], dtype: q}]"
+MROPE_DIMS = "dims: {D: [head_size], HQ: [num_query_heads], HK: [num_kv_heads]}"
+
+
+def mrope(kv_heads: int, section: list[int]) -> InputSignature:
+    """atrex30/mrope's call: flat q (T, HQ*D), k (T, HK*D); sections a list given to __init__."""
+    tables = [t("cos", (3, 7, 32), "fp32"), t("sin", (3, 7, 32), "fp32")]
+    return sig(
+        [t("q", (7, 4 * 64)), t("k", (7, kv_heads * 64)), *tables],
+        [o((7, 4 * 64), name="q"), o((7, kv_heads * 64), name="k")],
+        init=[s("head_size", 64), seq("mrope_section", section)],
+    )
+
+
+def test_map_passes_a_list_init_argument_whole_or_by_item():
+    whole = header(f"{{{MROPE_TENSORS}, sections: {{type: ['list[int]', str], default: '', "
+                   "aliases: [mrope_section]}}", MROPE_RETURNS, MROPE_DIMS)  # fmt: skip
+    plan = map_arguments(whole, mrope(1, [8, 12, 12]))
+    assert plan.scalars == {"sections": "self.mrope_section"}
+    items = ", ".join(
+        f"section_{c}: {{type: int, default: 0, aliases: ['mrope_section[{i}]']}}"
+        for i, c in enumerate("thw")
+    )
+    plan = map_arguments(header(f"{{{MROPE_TENSORS}, {items}}}", MROPE_RETURNS, MROPE_DIMS),
+                         mrope(1, [8, 12, 12]))  # fmt: skip
+    assert plan.scalars == {
+        "section_t": "self.mrope_section[0]",
+        "section_h": "self.mrope_section[1]",
+        "section_w": "self.mrope_section[2]",
+    }
+    assert plan.unused_init == []  # the list is used (through its items)
+
+
+def test_map_refuses_a_list_for_a_scalar_parameter():
+    one = header(f"{{{MROPE_TENSORS}, mrope_section: {{type: str, default: ''}}}}",
+                 MROPE_RETURNS, MROPE_DIMS)  # fmt: skip
+    with pytest.raises(AdaptError, match=r"'mrope_section' takes a str, but .* is \[8, 12, 12\]"):
+        map_arguments(one, mrope(1, [8, 12, 12]))
+
+
+def test_map_gives_a_dim_scalar_to_a_launcher_scalar_of_that_name_too():
+    meta = header(f"{{{MROPE_TENSORS}, head_size: {{type: int, default: 128}}}}",
+                  MROPE_RETURNS, MROPE_DIMS)  # fmt: skip
+    plan = map_arguments(meta, mrope(2, [8, 12, 12]))
+    assert plan.dims["D"] == 64 and plan.scalars == {"head_size": "self.head_size"}
+
+
+def test_map_views_outputs_back_as_their_inputs_when_one_kv_head_hides_the_split():
+    import torch
+
+    plan = map_arguments(
+        header(f"{{{MROPE_TENSORS}}}", MROPE_RETURNS, MROPE_DIMS), mrope(1, [8, 12, 12])
+    )
+    # sizes alone merge (7, 1, 64) into (7 * 1, 64): wrong as soon as HK > 1
+    assert plan.returns == ["_out[0].reshape(q.shape)", "_out[1].reshape(k.shape)"]
+    q, k = torch.zeros(5, 4 * 80), torch.zeros(5, 3 * 80)  # another shape: three KV heads
+    _out = (q.reshape(5, 4, 80), k.reshape(5, 3, 80))
+    views = [eval(r, {"_out": _out, "q": q, "k": k}) for r in plan.returns]  # noqa: S307
+    assert [tuple(v.shape) for v in views] == [(5, 320), (5, 240)]
+
+
+# ------------------------------------------------------------------ in-place writes
+CACHE_ARGS = "{key: {shape: [N, D], dtypes: [bf16]}, key_cache: {shape: [S, D], like: key}, " \
+    "slot: {shape: [N], dtypes: [int64]}}"  # fmt: skip
+CACHE_INPUTS = [t("key", (5, 64)), t("key_cache", (40, 64)), t("slot", (5,), "int64")]
+
+
+def test_map_an_in_place_kernel_onto_a_problem_that_declares_the_input():
+    in_place = header(CACHE_ARGS, "[{alias: key_cache}]")
+    plan = map_arguments(in_place, sig(CACHE_INPUTS, [o((40, 64))], in_place=["key_cache"]))
+    assert plan.tensors["key_cache"].source == "key_cache" and plan.returns == ["_out"]
+    # a state written in place and not returned: declared by the own problem's in_place
+    state = header(CACHE_ARGS, "[{shape: [N, D], dtype: key}]",
+                   "problem: {shapes: [{n: 5}], in_place: [key_cache]}")  # fmt: skip
+    plan = map_arguments(state, sig(CACHE_INPUTS, [o((5, 64))], in_place=["key_cache"]))
+    assert plan.tensors["key_cache"].source == "key_cache"
+
+
+def test_map_refuses_an_in_place_kernel_on_a_functional_problem_by_name():
+    in_place = header(CACHE_ARGS, "[{alias: key_cache}]")
+    functional = sig(CACHE_INPUTS, [o((40, 64))])
+    with pytest.raises(InPlaceMismatchError) as caught:
+        map_arguments(in_place, functional)
+    message = caught.value.message
+    assert caught.value.code == "agent.adapt.in_place" and isinstance(caught.value, AdaptError)
+    assert message.startswith("made_up on p: in-place mismatch: made_up writes problem 'p'")
+    assert "input 'key_cache' in place (launcher parameter 'key_cache'" in message
+    assert "in_place: [] (none)" in message and "mutated_input" in message
+    assert "Use a kernel that returns new tensors" in message
+
+
+def test_map_refuses_a_functional_kernel_on_an_in_place_problem_by_name():
+    functional = header(CACHE_ARGS, "[{shape: [S, D], dtype: key}]")
+    in_place = sig(CACHE_INPUTS, [o((40, 64))], in_place=["key_cache"])
+    with pytest.raises(InPlaceMismatchError, match=(
+        r"problem 'p' updates its input 'key_cache' in place \(in_place: \['key_cache'\]\), "
+        r"but made_up's header declares no in-place write of launcher parameter 'key_cache'"
+    )):  # fmt: skip
+        map_arguments(functional, in_place)
 
 
 # ------------------------------------------------------------------ the candidate file

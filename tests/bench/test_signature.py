@@ -15,6 +15,7 @@ from aka.spec import load_problem, parse_op_yaml_text
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
 FIXTURES = REPO / "tests" / "fixtures" / "problems"
+SUITE = REPO / "configs" / "suites" / "atrex30"
 
 
 def _describe(path: Path, shape_id: str, tmp_path: Path) -> InputSignature:
@@ -95,6 +96,21 @@ def test_describe_reference_lists_weights_and_init_values(tmp_path: Path) -> Non
         ("scale", [100], "fp32", "parameter")
     ]
     assert sig.output_kind == "tensor" and sig.outputs[0].shape == [7, 100]
+
+
+def test_describe_reference_keeps_a_list_init_argument(tmp_path: Path) -> None:
+    # mrope's sections are a list; dropped as 'other', every kernel got its default sections
+    sig = _describe(SUITE / "mrope" / "op.yaml", "smoke_partial_rotary", tmp_path)
+    section = next(a for a in sig.init_args if a.name == "mrope_section")
+    assert (section.kind, section.value, section.type_name) == ("sequence", [16, 8, 8], "list")
+    assert sig.init_params_text.startswith("self, head_size=128, rotary_dim=128, mrope_section=")
+
+
+def test_describe_reference_carries_the_problems_in_place_inputs(tmp_path: Path) -> None:
+    sig = _describe(SUITE / "reshape_and_cache" / "op.yaml", "smoke_one_token", tmp_path)
+    assert sig.in_place == ["key_cache", "value_cache"]
+    functional = _describe(SUITE / "mrope" / "op.yaml", "smoke_gqa_tokens", tmp_path)
+    assert functional.in_place == []
 
 
 def test_describe_reference_names_kernelbench_positional_inputs(tmp_path: Path) -> None:
