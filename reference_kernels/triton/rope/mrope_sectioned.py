@@ -19,7 +19,7 @@ args:
   k: {shape: [T, HK, D], like: q, flattened: true, aliases: [key]}
   cos: {shape: [3, T, R2], dtypes: [float]}
   sin: {shape: [3, T, R2], dtypes: [float]}
-  mrope_section: {type: str, default: '', aliases: [sections]}
+  mrope_section: {type: ['list[int]', str], default: '', aliases: [sections]}
 returns:
   - {name: q, shape: [T, HQ, D], dtype: q}
   - {name: k, shape: [T, HK, D], dtype: q}

@@ -21,9 +21,9 @@ args:
   cos: {shape: [3, T, R2], dtypes: [float]}
   sin: {shape: [3, T, R2], dtypes: [float]}
   head_size: {type: int, aliases: [head_dim]}
-  section_t: {type: int, default: 0, aliases: [mrope_section_t]}
-  section_h: {type: int, default: 0, aliases: [mrope_section_h]}
-  section_w: {type: int, default: 0, aliases: [mrope_section_w]}
+  section_t: {type: int, default: 0, aliases: [mrope_section_t, 'mrope_section[0]']}
+  section_h: {type: int, default: 0, aliases: [mrope_section_h, 'mrope_section[1]']}
+  section_w: {type: int, default: 0, aliases: [mrope_section_w, 'mrope_section[2]']}
 returns:
   - {name: q, shape: [T, CQ], dtype: q}
   - {name: k, shape: [T, CK], dtype: q}
