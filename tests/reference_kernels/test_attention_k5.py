@@ -268,7 +268,9 @@ def test_varlen_pad_unpad_roundtrip(load_kernel, dtype):
         inputs = mod.make_inputs(shape, dtype)
         padded = mod.varlen_pad(**inputs, **tuning)
         assert torch.equal(padded, mod.reference(**inputs))  # a copy is exact
-        unpadded = mod.varlen_unpad(padded, inputs["cu_seqlens"], **tuning)
+        total = inputs["x"].shape[0]
+        mod.check_inputs(inputs["cu_seqlens"], inputs["max_seqlen"], total, total)
+        unpadded = mod.varlen_unpad(padded, inputs["cu_seqlens"], total, **tuning)
         assert torch.equal(unpadded, inputs["x"])
         assert torch.equal(unpadded, mod.reference_unpad(padded, inputs["cu_seqlens"]))
 
@@ -300,11 +302,18 @@ def test_kernels_reject_bad_inputs(load_kernel):
                                "num_heads_kv": 1, "head_dim": 16}, torch.float32)  # fmt: skip
     with pytest.raises(ValueError, match="tree_mask"):
         tree.tree_verify_attention_mask(**{**inputs, "tree_mask": inputs["tree_mask"].int()})
+    tree.check_inputs(inputs["q"], inputs["k_cache"], inputs["prefix_lens"])
+    with pytest.raises(ValueError, match="exceeds the cache"):  # host read: outside the launcher
+        tree.check_inputs(inputs["q"], inputs["k_cache"], inputs["prefix_lens"] + 1)
     fp8 = load_kernel("triton/attention/paged_decode_attention_fp8_kv.py")
     inputs = fp8.make_inputs({"num_seqs": 1, "ctx_len": 5, "num_heads_q": 1, "num_heads_kv": 1,
                               "head_dim": 16, "page": 16}, torch.float32)  # fmt: skip
     with pytest.raises(ValueError, match="float8_e4m3fn"):
         fp8.paged_decode_attention_fp8_kv(**{**inputs, "key_cache": inputs["key_cache"].float()})
+    fp8.check_inputs(inputs["key_cache"], inputs["block_tables"], inputs["seq_lens"])
+    with pytest.raises(ValueError, match="exceeds block_tables"):  # host read: outside the launcher
+        too_long = inputs["seq_lens"] + inputs["block_tables"].shape[1] * 16
+        fp8.check_inputs(inputs["key_cache"], inputs["block_tables"], too_long)
     scan = load_kernel("triton/other/mamba_selective_scan_chunked.py")
     inputs = scan.make_inputs({"batch": 1, "dim": 4, "dstate": 4, "seqlen": 3}, torch.float32)
     with pytest.raises(ValueError, match="B and C"):
@@ -319,11 +328,24 @@ def test_kernels_reject_bad_inputs(load_kernel):
         lin.linear_attention_chunked(**{**inputs, "v": inputs["v"].double()})
     ret = load_kernel("triton/other/retention_decay_chunked.py")
     inputs = ret.make_inputs({"batch": 1, "heads": 2, "seqlen": 4, "dk": 8, "dv": 8}, torch.float32)
-    with pytest.raises(ValueError, match="gamma"):
-        ret.retention_decay_chunked(**{**inputs, "gamma": torch.tensor([0.5, 1.5])})
+    ret.check_inputs(inputs["gamma"])
+    with pytest.raises(ValueError, match="gamma"):  # host read: outside the launcher
+        ret.check_inputs(torch.tensor([0.5, 1.5]))
+    o, state = ret.retention_decay_chunked(**{**inputs, "gamma": torch.tensor([0.5, 1.5])})
+    assert o[:, 0].isfinite().all() and o[:, 1].isnan().all()  # the bad head is marked NaN
+    assert state[:, 0].isfinite().all() and state[:, 1].isnan().all()
     pad = load_kernel("triton/attention/varlen_pad_unpad.py")
     inputs = pad.make_inputs({"lens": [3, 4], "heads": 1, "head_dim": 8}, torch.float32)
+    with pytest.raises(ValueError, match="max_seqlen"):  # host read: outside the launcher
+        pad.check_inputs(inputs["cu_seqlens"], 3, 7)
+    with pytest.raises(ValueError, match="TOTAL"):
+        pad.check_inputs(inputs["cu_seqlens"], 4, 6)
+    with pytest.raises(ValueError, match="total_tokens"):
+        pad.check_inputs(inputs["cu_seqlens"], 4, 7, 6)
     with pytest.raises(ValueError, match="max_seqlen"):
-        pad.varlen_pad(**{**inputs, "max_seqlen": 3})
+        pad.varlen_pad(**{**inputs, "max_seqlen": -1})
+    # a too-short max_seqlen cuts the longer sequence in the kernel (no host read, no overrun)
+    cut = pad.varlen_pad(**{**inputs, "max_seqlen": 3})
+    assert torch.equal(cut, pad.reference(**{**inputs, "max_seqlen": 4})[:, :3])
     with pytest.raises(ValueError, match="cu_seqlens"):
-        pad.varlen_unpad(torch.zeros(2, 4, 1, 8), inputs["cu_seqlens"].long())
+        pad.varlen_unpad(torch.zeros(2, 4, 1, 8), inputs["cu_seqlens"].long(), 7)

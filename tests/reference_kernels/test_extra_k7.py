@@ -189,7 +189,7 @@ BAD_CALLS = {
         "power of two",
     ),
     "stream_compaction_mask_scan": (
-        lambda m: m.stream_compaction_mask_scan(torch.randn(4, 2), torch.ones(4)),
+        lambda m: m.stream_compaction_mask_scan(torch.randn(4, 2), torch.ones(4), 2),
         "bool",
     ),
     "csr_spmv_row_per_program": (
@@ -251,10 +251,25 @@ def test_hadamard_normalized_is_its_own_inverse(load_kernel):
 def test_stream_compaction_all_and_none(load_kernel):
     mod = load_kernel(PATHS["stream_compaction_mask_scan"])
     x = torch.arange(60, dtype=torch.int32).reshape(20, 3)
-    out, idx = mod.stream_compaction_mask_scan(x, torch.zeros(20, dtype=torch.bool), block_m=16)
+    out, idx = mod.stream_compaction_mask_scan(x, torch.zeros(20, dtype=torch.bool), 0, block_m=16)
     assert out.shape == (0, 3) and idx.numel() == 0
-    out, idx = mod.stream_compaction_mask_scan(x, torch.ones(20, dtype=torch.bool), block_m=16)
+    out, idx = mod.stream_compaction_mask_scan(x, torch.ones(20, dtype=torch.bool), 20, block_m=16)
     assert torch.equal(out, x) and torch.equal(idx, torch.arange(20))
+
+
+def test_stream_compaction_num_kept_cuts_or_fills(load_kernel):
+    # num_kept is the caller's count (nonzero_static): more rows than flags are zero-filled with
+    # index -1, fewer cut the kept rows; M = 0 still fills
+    mod = load_kernel(PATHS["stream_compaction_mask_scan"])
+    x = torch.arange(60, dtype=torch.int32).reshape(20, 3) + 1
+    mask = torch.arange(20) % 3 == 0  # 7 flags
+    for num_kept in (3, 7, 40):
+        out = mod.stream_compaction_mask_scan(x, mask, num_kept, block_m=16)
+        ref = mod.reference(x, mask, num_kept)
+        assert all(torch.equal(o, r) for o, r in zip(out, ref, strict=True))
+    assert out[1][7:].eq(-1).all() and out[0][7:].eq(0).all()
+    out, idx = mod.stream_compaction_mask_scan(x[:0], mask[:0], 5)
+    assert out.eq(0).all() and idx.eq(-1).all() and out.shape == (5, 3)
 
 
 def test_dropout_determinism_rate_and_scale(load_kernel):

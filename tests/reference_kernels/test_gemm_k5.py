@@ -183,6 +183,11 @@ def _check(out, ref, tol=None) -> None:
         assert r.float().norm() > 0
 
 
+def _clone(inputs: dict) -> dict:
+    """Copy the tensor inputs, for a reference that updates an input in place as its kernel."""
+    return {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+
+
 def _module(load_kernel, name):
     return load_kernel(f"triton/{KERNELS[name].family}/{name}.py")
 
@@ -196,7 +201,7 @@ def test_kernel_matches_reference(load_kernel, name, case, dtype):
     mod = _module(load_kernel, name)
     shape, tuning = KERNELS[name].cases[case]
     inputs = mod.make_inputs(shape, dtype)
-    ref = mod.reference(**inputs)  # first: some launchers update an input in place
+    ref = mod.reference(**_clone(inputs))  # on copies: some update an input in place
     _check(_launcher(mod, name)(**inputs, **tuning), ref, KERNELS[name].tol)
 
 
@@ -207,7 +212,7 @@ def test_kernel_extreme_tuning(load_kernel, name, which):
     kernel = KERNELS[name]
     shape, _ = kernel.cases[kernel.extreme_case]
     inputs = mod.make_inputs(shape, kernel.extreme_dtype)
-    ref = mod.reference(**inputs)
+    ref = mod.reference(**_clone(inputs))
     _check(_launcher(mod, name)(**inputs, **kernel.extremes[which]), ref, kernel.tol)
 
 
@@ -295,3 +300,33 @@ def test_moe_grouped_gemm_refilled_inputs_give_the_new_answer(load_kernel):
             assert value.shape == second[key].shape
             value.copy_(second[key])
     _check(_launcher(mod, name)(**first), mod.reference(**second))
+
+
+def test_lora_sgmv_checks_seg_starts_on_host_and_runs_without_max_seg_len(load_kernel):
+    name = "lora_shrink_expand_sgmv"
+    mod = _module(load_kernel, name)
+    shape, _ = KERNELS[name].cases[2]
+    inputs = mod.make_inputs(shape, torch.float32)
+    mod.check_inputs(inputs["seg_starts"], 33)
+    with pytest.raises(ValueError, match="max_seg_len"):
+        mod.check_inputs(inputs["seg_starts"], 32)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        mod.check_inputs(torch.tensor([0, 5, 3], dtype=torch.int32))
+    # without max_seg_len the grid spans all T rows; programs past a segment's end return
+    ref = mod.reference(**_clone(inputs))
+    _check(mod.lora_shrink_expand_sgmv(**{**inputs, "max_seg_len": None}), ref)
+
+
+def test_moe_permute_checks_ids_on_host_and_drops_bad_pairs(load_kernel):
+    mod = _module(load_kernel, "moe_permute_unpermute")
+    ids = torch.tensor([[2, 0], [5, 2], [1, -1]], dtype=torch.int32)
+    mod.check_inputs(ids.clamp(0, 2), 3)
+    with pytest.raises(ValueError, match="num_experts = 3"):
+        mod.check_inputs(ids, 3)
+    hidden = torch.randn(3, 40)
+    permuted, dest, offsets = mod.moe_permute(hidden, ids, 3)
+    # the two bad pairs are dropped (dest -1); the rest are stably sorted by expert
+    assert dest.tolist() == [2, 0, -1, 3, 1, -1] and offsets.tolist() == [0, 1, 2, 4]
+    assert torch.equal(permuted[:4], hidden[[0, 2, 0, 1]])
+    out = mod.moe_unpermute(permuted, dest, torch.ones(3, 2), 1.0)
+    assert torch.equal(out, hidden * torch.tensor([[2.0], [1.0], [1.0]]))

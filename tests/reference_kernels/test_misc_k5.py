@@ -260,3 +260,11 @@ def test_nvfp4_codes_dequantise_to_the_grid(load_kernel):
     assert scales[0, 0] == 0 and scales[0, 1] == 1.0
     deq = grid[nibbles] * scales.repeat_interleave(16, dim=1)
     assert (deq - x).norm() <= 0.2 * x.norm()
+
+
+def test_rope_on_the_fly_without_rotary_dims_copies_in_the_kernel(load_kernel):
+    # R = 0: no dim rotates; the kernel's tail path copies every head (no torch copy in forward)
+    mod = _module(load_kernel, "rope_on_the_fly_inv_freq")
+    q, k = torch.randn(3, 2, 12), torch.randn(3, 1, 12)
+    q_out, k_out = mod.rope_on_the_fly_inv_freq(q, k, torch.arange(3), torch.ones(0))
+    assert torch.equal(q_out, q) and torch.equal(k_out, k)

@@ -37,7 +37,8 @@ RC2D = "triton/cache/reshape_and_cache_token_tile_2d.py"
 def test_reshape_and_cache_token_tile_2d(load_kernel, shape, dtype):
     mod = load_kernel(RC2D)
     inputs = mod.make_inputs(shape, dtype)
-    ref = mod.reference(**inputs)
+    caches = {"key_cache": inputs["key_cache"].clone(), "value_cache": inputs["value_cache"].clone()}
+    ref = mod.reference(**{**inputs, **caches})  # updates its own copies in place
     out = mod.reshape_and_cache_token_tile_2d(**inputs)
     assert out[0] is inputs["key_cache"]  # in place
     for o, r in zip(out, ref, strict=True):
@@ -54,7 +55,7 @@ def test_reshape_and_cache_token_tile_2d_tuning_and_strided_views(load_kernel, c
     kc = torch.randn(4, h, bs, d).transpose(1, 2)
     vc = torch.randn(4, h, bs, d).transpose(1, 2)
     slots = torch.tensor([3, -1, 0, 7, 15, 12, -1, 9, 1, 2, 4])
-    ref = mod.reference(qkv[:, 1], qkv[:, 2], kc, vc, slots)
+    ref = mod.reference(qkv[:, 1], qkv[:, 2], kc.clone(), vc.clone(), slots)
     out = mod.reshape_and_cache_token_tile_2d(qkv[:, 1], qkv[:, 2], kc, vc, slots, **cfg)
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
 
@@ -159,15 +160,24 @@ def test_paged_kv_gather_to_contiguous_tuning_strided_cache(load_kernel, cfg):
     inputs = {**inputs, "key_cache": kc}
     out, ref = mod.paged_kv_gather_to_contiguous(**inputs, **cfg), mod.reference(**inputs)
     assert all(torch.equal(o, r) for o, r in zip(out, ref, strict=True))
+    # without max_seqlen the grid spans total_tokens tiles per sequence; surplus tiles exit
+    out = mod.paged_kv_gather_to_contiguous(**{**inputs, "max_seqlen": None}, **cfg)
+    assert all(torch.equal(o, r) for o, r in zip(out, ref, strict=True))
 
 
 def test_paged_kv_gather_to_contiguous_rejects_bad_inputs(load_kernel):
     mod = load_kernel(GATHER)
     inputs = mod.make_inputs({"seq_lens": [3, 4], "heads": 1, "head_dim": 8}, F32)
+    table, bs = inputs["block_table"], inputs["key_cache"].shape[1]
+    mod.check_inputs(table, inputs["seq_lens"], bs, 7, 4)
     with pytest.raises(ValueError, match="seq_lens"):
-        mod.paged_kv_gather_to_contiguous(
-            **{**inputs, "seq_lens": torch.tensor([3, 99], dtype=torch.int32)}
-        )
+        mod.check_inputs(table, torch.tensor([3, 99], dtype=torch.int32), bs, 102)
+    with pytest.raises(ValueError, match="total_tokens"):
+        mod.check_inputs(table, inputs["seq_lens"], bs, 6)
+    with pytest.raises(ValueError, match="max_seqlen"):
+        mod.check_inputs(table, inputs["seq_lens"], bs, 7, 3)
+    with pytest.raises(ValueError, match="total_tokens"):
+        mod.paged_kv_gather_to_contiguous(**{**inputs, "total_tokens": -1})
     with pytest.raises(ValueError, match="block_table"):
         mod.paged_kv_gather_to_contiguous(
             **{**inputs, "block_table": inputs["block_table"].float()}
@@ -190,7 +200,7 @@ COPY = "triton/cache/kv_cache_copy_blocks.py"
 def test_kv_cache_copy_blocks(load_kernel, shape, dtype):
     mod = load_kernel(COPY)
     inputs = mod.make_inputs(shape, dtype)
-    ref = mod.reference(**inputs)
+    ref = mod.reference(**{k: v.clone() for k, v in inputs.items()})  # updates its args in place
     out = mod.kv_cache_copy_blocks(**inputs)
     assert out[0] is inputs["key_cache"] and out[1] is inputs["value_cache"]
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
@@ -204,7 +214,7 @@ def test_kv_cache_copy_blocks_tuning_int32_mapping(load_kernel, cfg):
     shape = {"blocks": 5, "block_size": 16, "heads": 2, "head_dim": 24, "pairs": 2}
     inputs = mod.make_inputs(shape, F32)
     inputs["block_mapping"] = inputs["block_mapping"].to(torch.int32)
-    ref = mod.reference(**inputs)
+    ref = mod.reference(**{k: v.clone() for k, v in inputs.items()})
     out = mod.kv_cache_copy_blocks(**inputs, **cfg)
     assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
 
@@ -215,7 +225,14 @@ def test_kv_cache_copy_blocks_rejects_bad_inputs(load_kernel):
         {"blocks": 4, "block_size": 2, "heads": 2, "head_dim": 4, "pairs": 1}, F32
     )
     with pytest.raises(ValueError, match=r"\[0, 4\)"):
-        mod.kv_cache_copy_blocks(**{**inputs, "block_mapping": torch.tensor([[0, 4]])})
+        mod.check_inputs(inputs["key_cache"], torch.tensor([[0, 4]]))
+    mod.check_inputs(inputs["key_cache"], inputs["block_mapping"])
+    # the launcher reads no id on the host: the kernel skips a pair with an id out of range
+    kc, vc = inputs["key_cache"].clone(), inputs["value_cache"].clone()
+    out = mod.kv_cache_copy_blocks(kc, vc, torch.tensor([[0, 4], [-1, 2], [1, 3]]))
+    ref = mod.reference(inputs["key_cache"].clone(), inputs["value_cache"].clone(),
+                        torch.tensor([[1, 3]]))  # fmt: skip
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     with pytest.raises(ValueError, match="contiguous"):
         strided = inputs["key_cache"].transpose(1, 2).contiguous().transpose(1, 2)
         mod.kv_cache_copy_blocks(**{**inputs, "key_cache": strided})

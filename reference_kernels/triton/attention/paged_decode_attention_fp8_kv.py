@@ -41,7 +41,9 @@ value_cache folds v_scale into the final normalisation, so the only per-element 
 16-bit conversion feeding the MMA. Bytes: 1 per cached element (half of a bf16 cache), which is
 what makes fp8 KV worth it for bandwidth-bound decode. Limits: per-tensor scales only (no per-head
 or per-token scales); page size a power of two >= 16; no split over the context; D <= 256;
-sm_89+ for hardware fp8 conversion (older GPUs convert in software).
+sm_89+ for hardware fp8 conversion (older GPUs convert in software). A seq_len longer than its
+block-table row is clipped to the row in the kernel (the launcher reads no length on the host;
+check_inputs raises for it, with a sync, outside the launch).
 """
 
 import os
@@ -74,6 +76,7 @@ def _paged_decode_attention_fp8_kv_kernel(
     seq_lens_ptr,
     # sizes and scalars
     head_dim,
+    max_tokens,  # block_tables width x PAGE: a longer seq_len is clipped (no table overrun)
     qk_scale_log2e,  # softmax scale * k_scale * log2(e): k_scale folded into the scores
     v_scale,  # folded into the final normalisation
     # strides (elements; head_dim contiguous)
@@ -97,7 +100,7 @@ def _paged_decode_attention_fp8_kv_kernel(
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
-    seq_len = tl.load(seq_lens_ptr + seq)
+    seq_len = tl.minimum(tl.load(seq_lens_ptr + seq), max_tokens)
     offs_g = tl.arange(0, BLOCK_G)
     offs_p = tl.arange(0, PAGE)
     offs_d = tl.arange(0, BLOCK_D)
@@ -157,8 +160,6 @@ def _validate(query, key_cache, value_cache, block_tables, seq_lens) -> None:
         raise ValueError(f"block_tables must be int32 (S, max_pages) with S = {s}: {shapes}")
     if seq_lens.shape != (s,) or seq_lens.dtype != torch.int32:
         raise ValueError(f"seq_lens must be int32 of shape (S,) = ({s},): {shapes}")
-    if s and int(seq_lens.max()) > block_tables.shape[1] * page:
-        raise ValueError(f"a seq_len exceeds block_tables width x page size: {shapes}")
     if query.dtype not in (torch.bfloat16, torch.float16, torch.float32) or query.stride(-1) != 1:
         raise ValueError(
             f"query must be bf16/fp16/fp32 with contiguous head_dim; got {query.dtype}"
@@ -194,7 +195,8 @@ def paged_decode_attention_fp8_kv(
         (S, HQ, D) tensor of query's dtype.
 
     Raises:
-        ValueError: Shapes, dtypes, layouts or lengths do not fit together.
+        ValueError: Shapes, dtypes or layouts do not fit together (check_inputs checks the
+            seq_lens values against the block table).
     """
     _validate(query, key_cache, value_cache, block_tables, seq_lens)
     s, hq, d = query.shape
@@ -207,7 +209,7 @@ def paged_decode_attention_fp8_kv(
     kc, vc = key_cache, value_cache
     _paged_decode_attention_fp8_kv_kernel[(s, hkv)](
         query, kc, vc, out, block_tables, seq_lens,
-        d, scale * k_scale * LOG2E, v_scale,
+        d, block_tables.shape[1] * page, scale * k_scale * LOG2E, v_scale,
         query.stride(0), query.stride(1),
         kc.stride(0), kc.stride(1), kc.stride(2),
         vc.stride(0), vc.stride(1), vc.stride(2),
@@ -217,6 +219,22 @@ def paged_decode_attention_fp8_kv(
         UPCAST=os.environ.get("TRITON_INTERPRET") == "1", num_warps=num_warps or 4,
     )  # fmt: skip
     return out
+
+
+def check_inputs(
+    key_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+) -> None:
+    """Raise ValueError if a seq_len exceeds its block-table row (reads seq_lens: a sync).
+
+    Outside the timed path: the launcher does not read seq_lens on the host; its kernel clips such
+    a length to the row instead.
+    """
+    page = key_cache.shape[1]
+    if seq_lens.numel() and int(seq_lens.max()) > block_tables.shape[1] * page:
+        raise ValueError(
+            f"a seq_len ({int(seq_lens.max())}) exceeds block_tables width x page size "
+            f"({block_tables.shape[1]} x {page})"
+        )
 
 
 def reference(query, key_cache, value_cache, block_tables, seq_lens, k_scale=1.0, v_scale=1.0,

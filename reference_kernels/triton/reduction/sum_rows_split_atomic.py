@@ -27,13 +27,13 @@ measured: []
 y[m] = sum over n of x[m, n] (torch.sum(x, dim=-1) with fp32 accumulation) for few, long rows. The
 grid is (M, S): program (m, s) owns a contiguous span of cdiv(cdiv(N, S), BLOCK_N) chunks of row m,
 keeps a BLOCK_N-wide fp32 per-lane accumulator over its chunks, reduces it once and adds the partial
-into a zeroed fp32 row buffer with one tl.atomic_add; the buffer is cast to x's dtype at the end
-(no copy for fp32). A decode-style batch of 4 rows of 256K elements thus occupies 4 * S SMs instead
-of 4, with no second launch to combine partials. Bytes: one read per element (2 B in bf16), 4 B of
-atomics per program. FLOPs: one add per element. Limits: fp32 atomics make the summation order,
-hence the last bits, vary from run to run (sum_two_pass_partials is the deterministic form); short
-rows waste programs, so S should shrink to 1 when M alone fills the GPU; non-contiguous rows are
-copied first.
+into a zeroed fp32 row buffer with one tl.atomic_add; a second tiny kernel casts the buffer to x's
+dtype (skipped for fp32, whose buffer is the result). A decode-style batch of 4 rows of 256K
+elements thus occupies 4 * S SMs instead of 4, with no extra pass over x to combine partials. Bytes:
+one read per element (2 B in bf16), 4 B of atomics per program. FLOPs: one add per element. Limits:
+fp32 atomics make the summation order, hence the last bits, vary from run to run
+(sum_two_pass_partials is the deterministic form); short rows waste programs, so S should shrink to
+1 when M alone fills the GPU; non-contiguous rows are copied first.
 """
 
 import torch
@@ -67,6 +67,19 @@ def _sum_rows_split_atomic_kernel(
         cols = c + offs
         acc += tl.load(x_row + cols, mask=cols < end, other=0.0).to(tl.float32)
     tl.atomic_add(acc_ptr + row, tl.sum(acc, axis=0))  # one atomic per program
+
+
+@triton.jit
+def _cast_rows_kernel(
+    acc_ptr,  # fp32 (M,), the merged sums
+    y_ptr,  # (M,) in x's dtype
+    M,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M
+    acc = tl.load(acc_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)  # one rounding, at the end
 
 
 def _launch_config(m: int, n: int) -> dict[str, int]:
@@ -105,9 +118,9 @@ def sum_rows_split_atomic(
         raise ValueError(f"num_splits must be >= 1; got {cfg['num_splits']}")
     x2 = x if x.stride(-1) == 1 else x.contiguous()
     m, n = x2.shape
-    acc = torch.zeros((m,), dtype=torch.float32, device=x.device)
     if m == 0 or n == 0:
-        return acc.to(x.dtype)
+        return torch.zeros((m,), dtype=x.dtype, device=x.device)
+    acc = torch.zeros((m,), dtype=torch.float32, device=x.device)  # the atomics' target
     chunks = triton.cdiv(n, cfg["block_n"])
     splits = min(cfg["num_splits"], chunks)
     span = triton.cdiv(chunks, splits) * cfg["block_n"]
@@ -119,7 +132,11 @@ def sum_rows_split_atomic(
         BLOCK_N=cfg["block_n"],
         num_warps=cfg["num_warps"],
     )  # fmt: skip
-    return acc.to(x.dtype)
+    if x.dtype == torch.float32:
+        return acc
+    y = torch.empty((m,), dtype=x.dtype, device=x.device)
+    _cast_rows_kernel[(triton.cdiv(m, 1024),)](acc, y, m, BLOCK=1024)
+    return y
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:

@@ -172,15 +172,15 @@ def rope_on_the_fly_inv_freq(
     r = inv_freq.numel()
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    if t == 0 or r == 0:
-        return q_out.copy_(q), k_out.copy_(k)
-    tail = d - 2 * r
+    if t == 0:
+        return q_out, k_out
+    tail = d - 2 * r  # with R = 0 (no rotary dims) the kernel only copies the tail: all of D
     _rope_on_the_fly_inv_freq_kernel[(t,)](
         q, k, positions, inv_freq.contiguous(), q_out, k_out,
         h, k.shape[1], d, r,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
-        BLOCK_H=block_h, BLOCK_R=triton.next_power_of_2(r),
+        BLOCK_H=block_h, BLOCK_R=max(1, triton.next_power_of_2(r)),
         BLOCK_TAIL=triton.next_power_of_2(tail) if tail else 0,
         num_warps=num_warps,
     )  # fmt: skip
