@@ -37,7 +37,7 @@ RC2D = "triton/cache/reshape_and_cache_token_tile_2d.py"
 def test_reshape_and_cache_token_tile_2d(load_kernel, shape, dtype):
     mod = load_kernel(RC2D)
     inputs = mod.make_inputs(shape, dtype)
-    caches = {"key_cache": inputs["key_cache"].clone(), "value_cache": inputs["value_cache"].clone()}
+    caches = {n: inputs[n].clone() for n in ("key_cache", "value_cache")}
     ref = mod.reference(**{**inputs, **caches})  # updates its own copies in place
     out = mod.reshape_and_cache_token_tile_2d(**inputs)
     assert out[0] is inputs["key_cache"]  # in place

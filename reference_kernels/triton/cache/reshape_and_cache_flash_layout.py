@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{tokens: 1, heads: 4, head_dim: 128}, {tokens: 21, heads: 3, head_dim: 40, block_size: 8}]
   dtypes: [fp32, bf16]
+  in_place: [key_cache, value_cache]
 measured:
   - {device: NVIDIA H200, shape: reshape_and_cache/0, dtype: bf16, latency_us: 4.128, sol_fraction: 0.6977, date: '2026-12-03'}
 ---
@@ -171,25 +172,25 @@ def reference(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return updated copies of the caches (the inputs are left untouched)."""
-    kc, vc = key_cache.clone(), value_cache.clone()
+    """Write the kept tokens' rows into the caches in place (as the kernel does); return them."""
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
-    kc.view(-1, *kc.shape[2:])[slots] = key[keep]
-    vc.view(-1, *vc.shape[2:])[slots] = value[keep]
-    return kc, vc
+    key_cache.view(-1, *key_cache.shape[2:])[slots] = key[keep]
+    value_cache.view(-1, *value_cache.shape[2:])[slots] = value[keep]
+    return key_cache, value_cache
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     """Return the five tensors for ``shape = {"tokens", "heads", "head_dim"}`` (+ ``block_size``).
 
-    Distinct random slots in caches one block larger than needed, every fifth token padding (-1);
-    the caches start random so a skipped or misplaced row shows.
+    Distinct random slots in caches one block larger than needed, every fifth token from the third
+    on padding (-1), so even a single token is written; the caches start random so a skipped or
+    misplaced row shows.
     """
     t, h, d, bs = shape["tokens"], shape["heads"], shape["head_dim"], shape.get("block_size", 16)
     num_blocks = triton.cdiv(t, bs) + 1
     slot_mapping = torch.randperm(num_blocks * bs, device=device)[:t]
-    slot_mapping[::5] = -1
+    slot_mapping[2::5] = -1
     return {
         "key": torch.randn(t, h, d, device=device).to(dtype),
         "value": torch.randn(t, h, d, device=device).to(dtype),
