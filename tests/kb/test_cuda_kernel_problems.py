@@ -63,6 +63,7 @@ FAMILY_MAPPED = {
     "per_token_quant_fp8_cuda": {"atrex30/fp8_dynamic_per_token_quant", "examples/fp8_quant"},
     "rms_norm_quant_fp8_block_cuda": {"atrex30/fused_rmsnorm_quant"},
     "fused_qkv_rope_cuda": {"atrex30/fused_qkv_rope"},
+    "mrope_cuda": {"atrex30/mrope"},
     "topk_filter_block_cuda": {"atrex30/topk_filter"},
     "log_softmax_block_cuda": {"examples/softmax"},
     "softmax_online_warp_cuda": {"examples/softmax"},

@@ -16,19 +16,15 @@ launcher: mrope_cuda
 tuning:
   threads: [256, 128, 512]
 args:
-  q: {shape: [T, HQ, D], dtypes: [bf16, fp16, fp32], flattened: true, aliases: [query]}
-  k: {shape: [T, HK, D], like: q, flattened: true, aliases: [key]}
+  q: {shape: [T, CQ], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [T, CK], like: q, aliases: [key]}
   cos: {shape: [3, T, R2], dtypes: [fp32]}
   sin: {shape: [3, T, R2], dtypes: [fp32]}
   head_size: {type: int, default: 128, aliases: [head_dim]}
-  mrope_section: {type: str, default: '16,24,24', aliases: [sections]}
+  mrope_section: {type: ['list[int]', str], default: '16,24,24', aliases: [sections]}
 returns:
-  - {name: q, shape: [T, HQ, D], dtype: q}
-  - {name: k, shape: [T, HK, D], dtype: q}
-dims:
-  D: [head_size, head_dim]
-  HQ: [num_query_heads, num_heads, num_q_heads]
-  HK: [num_kv_heads, n_kv_heads]
+  - {name: q, shape: [T, CQ], dtype: q}
+  - {name: k, shape: [T, CK], dtype: q}
 problem:
   shapes: [{tokens: 7, heads: 4, kv_heads: 1, head_size: 64, sections: "8,12,12"}, {tokens: 5, heads: 3, kv_heads: 3, head_size: 80, sections: "16,8,8"}]
   dtypes: [fp32, bf16]
@@ -273,7 +269,7 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:
 
     q, k ~ N(0, 1); cos/sin of N(0, 0.1^2) angles per channel, as the atrex30 suite draws them.
     ``sections`` is passed on as given: a list (atrex30's form) or a "t,h,w" string (the
-    header's ``str`` type, which the own-reference problem uses).
+    header's type takes both; the own-reference problem uses the string).
     """
     t, hq, hk, d = shape["tokens"], shape["heads"], shape["kv_heads"], shape["head_size"]
     given = shape["sections"]
