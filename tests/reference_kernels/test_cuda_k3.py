@@ -324,7 +324,7 @@ def test_cuda_k3_gated_delta_rule_copies_idle_slots_and_keeps_the_pool(load_kern
              "value_dim": 48, "slots": 5}  # fmt: skip
     inputs = mod.make_inputs(shape, torch.float32, device="cuda")
     pool = inputs["initial_state"].clone()
-    final = mod.gated_delta_rule_update_cuda(**inputs)["final_state"]
+    _, final = mod.gated_delta_rule_update_cuda(**inputs)
     torch.cuda.synchronize()
     assert torch.equal(inputs["initial_state"], pool)  # the input pool is not modified
     used = set(inputs["initial_state_indices"].tolist())

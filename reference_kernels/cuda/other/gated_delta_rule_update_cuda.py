@@ -263,7 +263,7 @@ def gated_delta_rule_update_cuda(
     use_qk_l2norm: bool = True,
     *,
     k_max: int | None = None,
-) -> dict[str, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the gated delta rule over every sequence; the inputs are not modified.
 
     Args:
@@ -282,8 +282,8 @@ def gated_delta_rule_update_cuda(
         k_max: Register array length per thread, 64 or 128 (>= K); None picks the smallest.
 
     Returns:
-        {"out": (B, T, HV, V) in q's dtype, "final_state": (S, HV, K, V) fp32 pool copy with the
-        active slots holding their sequence's last state}.
+        (out, final_state): out (B, T, HV, V) in q's dtype; final_state (S, HV, K, V) fp32, a new
+        pool with the active slots holding their sequence's last state (as the Triton designs).
 
     Raises:
         ValueError: a tensor has the wrong shape, dtype or device.
@@ -322,7 +322,7 @@ def gated_delta_rule_update_cuda(
             bool(use_qk_l2norm),
             k_max,
         )
-    return {"out": out, "final_state": final_state}
+    return out, final_state
 
 
 def reference(
@@ -364,7 +364,7 @@ def reference(
     final_state = initial_state.clone()
     for i in range(slots.shape[0]):
         final_state.index_copy_(0, slots[i : i + 1], state[i : i + 1])
-    return {"out": out.to(v.dtype), "final_state": final_state}
+    return out.to(v.dtype), final_state
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cuda") -> dict:

@@ -83,9 +83,11 @@ __global__ void fused_qkv_rope_kernel(
     const int half = rope_dim >> 1;
     const float pos = (float)positions[tok];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        // inv_freq in fp32 exactly as the reference's torch ops round it: the exponent 2i / rope_dim
-        // (IEEE division), base ** exponent (powf), then its reciprocal
-        const float inv_freq = 1.0f / powf(base, (float)(2 * i) / (float)rope_dim);
+        // inv_freq in fp32 as the reference's torch ops round it on the GPU: a tensor divided by a
+        // Python scalar is multiplied by the scalar's fp32 reciprocal (ATen's div_true), then
+        // base ** exponent (powf) and its reciprocal
+        const float exponent = (float)(2 * i) * (1.0f / (float)rope_dim);
+        const float inv_freq = 1.0f / powf(base, exponent);
         sincosf(pos * inv_freq, &sn[i], &cs[i]);
     }
     __syncthreads();
