@@ -32,6 +32,7 @@ __all__ = [
     "CandidateGuard",
     "StorageSpan",
     "Trace",
+    "cuda_global_names",
     "fingerprint",
     "output_problems",
     "overlapping",
@@ -75,8 +76,17 @@ _FREE_OPS = frozenset(
 #: Device work that only initialises memory (``torch.zeros``/``fill_``/``zero_``, memsets): the
 #: profiler counts it as neither the candidate's nor library compute, as the op recorder does.
 _GLUE_KERNEL = re.compile(r"FillFunctor|^Memset|memset", re.IGNORECASE)
-#: ``__global__`` functions in CUDA C++ sources handed to ``load_inline``.
-_GLOBAL_FN = re.compile(r"__global__\s+(?:[\w:<>]+\s+)*?(\w+)\s*\(")
+#: ``__global__`` functions in CUDA C++ sources handed to ``load_inline``: qualifiers, the return
+#: type and ``__launch_bounds__(...)`` may stand between the keyword and the name.
+_GLOBAL_FN = re.compile(
+    r"__global__\s+(?:(?:__launch_bounds__\s*\([^)]*\)|[\w:<>]+)\s+)*?"
+    r"(?!__launch_bounds__\b)(\w+)\s*\("
+)
+
+
+def cuda_global_names(source: str) -> set[str]:
+    """The names of the ``__global__`` functions (kernels) that CUDA C++ ``source`` defines."""
+    return set(_GLOBAL_FN.findall(source))
 
 
 @dataclass(frozen=True)
@@ -372,7 +382,7 @@ class CandidateGuard:
             sources = kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)
             texts = [sources] if isinstance(sources, str) else list(sources or [])
             for text in texts:
-                guard.cuda_kernel_names.update(_GLOBAL_FN.findall(str(text)))
+                guard.cuda_kernel_names.update(cuda_global_names(str(text)))
             return original(*args, **kwargs)  # type: ignore[no-untyped-call]
 
         ext.load_inline = load_inline

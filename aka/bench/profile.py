@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aka.bench.guards import cuda_global_names
 from aka.spec import ProblemSpec, ShapeCase, Split
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ _NCU_TIMEOUT_S = 300.0
 _NCU_LOG = "ncu.log"
 _STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 _TIME_UNITS_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
-_CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>]+\s+)*?(\w+)\s*\(")
 _TOP_STALLS = 3
 
 
@@ -180,7 +180,7 @@ def profile_candidate(
     exe = find_ncu() if ncu is not False else None
     if exe is None:
         return done("ncu was not asked for" if ncu is False else "ncu is not on the PATH")
-    names = sorted({k.name for k in data.kernels} | set(_CUDA_KERNEL.findall(source)))
+    names = sorted({k.name for k in data.kernels} | cuda_global_names(source))
     if not names:
         return done("ncu skipped: no kernel name of the candidate's own is known")
     data.ncu, note = _run_ncu(scorer, task, source, exe, names)

@@ -16,7 +16,7 @@ from aka.bench import EvalResult, Scorer, Verdict
 from aka.bench.engagement import judge_engagement
 from aka.core import BenchConfig
 from aka.spec import ProblemSpec, load_problem
-from tests.bench.conftest import RMS_NORM_RETURN
+from tests.bench.conftest import REPO, RMS_NORM_RETURN
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +270,21 @@ def test_an_in_place_only_operator_is_engaged(cpu_scorer: Scorer) -> None:
     )
     assert "x_ptr + row" not in lazy
     assert cpu_scorer.evaluate(problem, lazy).verdict is Verdict.WRONG_OUTPUT
+
+
+def test_cuda_kernel_names_are_read_past_launch_bounds_and_templates() -> None:
+    from aka.bench.guards import cuda_global_names
+
+    source = """
+    template <typename T, int KMAX>
+    __global__ void __launch_bounds__(128) step_kernel(const T* x) {}
+    __global__ void __launch_bounds__(256, 2) copy_kernel(float* y) {}
+    extern "C" __global__ static void plain_kernel ( int n ) {}
+    __device__ float helper(float v) { return v; }
+    """
+    # __launch_bounds__ is a qualifier, not the kernel: taking it for the name made the
+    # engagement check count the candidate's own kernel as library work (seen on the H200)
+    assert cuda_global_names(source) == {"step_kernel", "copy_kernel", "plain_kernel"}
+    for path in (REPO / "reference_kernels" / "cuda").glob("*/*_cuda.py"):
+        names = cuda_global_names(path.read_text(encoding="utf-8"))
+        assert names and "__launch_bounds__" not in names, path.name
