@@ -25,7 +25,8 @@ problem:
   shapes: [{rows: 3, vocab: 1001, top_k: 50}, {rows: 2, vocab: 9000, top_k: 50},
     {rows: 2, vocab: 5000, top_k: 7, ties: true}]
   dtypes: [fp32]
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 29.504, sol_fraction: 0.0944, date: '2026-12-04'}
 ---
 atrex30's topk_filter (keep every logit >= its row's k-th largest, ties all kept, kept values
 bit-identical, the rest -inf; a row of at most k entries is copied whole) in one launch that reads

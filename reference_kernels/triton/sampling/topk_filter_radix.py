@@ -24,7 +24,7 @@ problem:
   shapes: [{rows: 3, vocab: 1001, top_k: 50}, {rows: 2, vocab: 700, top_k: 7, ties: true}]
   dtypes: [fp32]
 measured:
-  - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 365.92, sol_fraction: 0.0079, date: '2026-12-03'}
+  - {device: NVIDIA H200, shape: topk_filter/0, dtype: fp32, latency_us: 362.72, sol_fraction: 0.0079, date: '2026-12-04'}
 ---
 atrex30's topk_filter: per row, keep every logit >= the row's k-th largest (ties with it all kept,
 kept values bit-identical) and set the rest to -inf; a row with at most k entries is copied whole.
