@@ -33,6 +33,7 @@ __all__ = [
     "StorageSpan",
     "Trace",
     "cuda_global_names",
+    "device_event_kind",
     "fingerprint",
     "output_problems",
     "overlapping",
@@ -76,6 +77,12 @@ _FREE_OPS = frozenset(
 #: Device work that only initialises memory (``torch.zeros``/``fill_``/``zero_``, memsets): the
 #: profiler counts it as neither the candidate's nor library compute, as the op recorder does.
 _GLUE_KERNEL = re.compile(r"FillFunctor|^Memset|memset", re.IGNORECASE)
+#: A copy from the device to the host (``.item()`` of a length the output's shape needs): it cannot
+#: write a device output, and anything the host computed from it comes back through a
+#: host-to-device copy, which stays library work. Its time is in the latency all the same; as
+#: library work it failed a fast honest kernel whose problem returns data-dependent lengths
+#: (moe_align_block_size_cuda: one 4-byte read was 26-38% of its device time on the H200).
+_READBACK = re.compile(r"^Memcpy DtoH")
 #: ``__global__`` functions in CUDA C++ sources handed to ``load_inline``: qualifiers, the return
 #: type and ``__launch_bounds__(...)`` may stand between the keyword and the name.
 _GLOBAL_FN = re.compile(
@@ -455,7 +462,8 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
             names).
 
     Returns:
-        ``own_us``, ``library_us``, ``glue_us`` (fills, memsets) and the top library kernels.
+        ``own_us``, ``library_us``, ``glue_us`` (fills, memsets), ``readback_us`` (device-to-host
+        copies) and the top library kernels.
     """
     import torch
     from torch._C._autograd import DeviceType
@@ -472,15 +480,18 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
         if own_names
         else None
     )
-    glue = 0.0
+    glue, readback = 0.0, 0.0
     for event in prof.events():
         if getattr(event, "device_type", None) != DeviceType.CUDA:
             continue
         us = float(event.time_range.elapsed_us())
-        if pattern is not None and pattern.search(event.name):
+        kind = device_event_kind(event.name, pattern)
+        if kind == "own":
             own += us
-        elif _GLUE_KERNEL.search(event.name):
+        elif kind == "glue":
             glue += us  # zero-filling a buffer the candidate allocated: allocation, not compute
+        elif kind == "readback":
+            readback += us
         else:
             library += us
             names[event.name[:120]] = names.get(event.name[:120], 0.0) + us
@@ -489,5 +500,17 @@ def profile_device_time(call: Callable[[], Any], own_names: set[str]) -> dict[st
         "own_us": own,
         "library_us": library,
         "glue_us": glue,
+        "readback_us": readback,
         "library_kernels": top,
     }
+
+
+def device_event_kind(name: str, own: re.Pattern[str] | None) -> str:
+    """Class one profiled device event: ``own``, ``glue``, ``readback`` or ``library``."""
+    if own is not None and own.search(name):
+        return "own"
+    if _GLUE_KERNEL.search(name):
+        return "glue"
+    if _READBACK.search(name):
+        return "readback"
+    return "library"

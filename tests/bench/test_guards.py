@@ -288,3 +288,25 @@ def test_cuda_kernel_names_are_read_past_launch_bounds_and_templates() -> None:
     for path in (REPO / "reference_kernels" / "cuda").glob("*/*_cuda.py"):
         names = cuda_global_names(path.read_text(encoding="utf-8"))
         assert names and "__launch_bounds__" not in names, path.name
+
+
+def test_device_events_are_classed_own_glue_readback_or_library() -> None:
+    import re
+
+    from aka.bench.guards import device_event_kind
+
+    own = re.compile(r"(?<![\w])(moe_align_kernel)(?![\w])")
+    kinds = {
+        "void moe_align_kernel<128>(int const*, int*)": "own",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>": "glue",
+        "Memset (Device)": "glue",
+        # reading a length back to size the outputs: no device output can come of it
+        "Memcpy DtoH (Device -> Pinned)": "readback",
+        "Memcpy DtoH (Device -> Pageable)": "readback",
+        # a copy onto the device can carry a host-computed answer: library work
+        "Memcpy HtoD (Pageable -> Device)": "library",
+        "Memcpy DtoD (Device -> Device)": "library",
+        "void at::native::reduce_kernel<512, 1>": "library",
+    }
+    assert {name: device_event_kind(name, own) for name in kinds} == kinds
+    assert device_event_kind("moe_align_kernel", None) == "library"  # no own names known
