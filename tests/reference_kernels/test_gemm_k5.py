@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+from tests.reference_kernels.refill import refilled_inputs
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
 if ON_GPU:  # fp32 tl.dot runs on TF32 tensor cores there
@@ -291,14 +292,7 @@ def test_moe_grouped_gemm_refilled_inputs_give_the_new_answer(load_kernel):
     mod = _module(load_kernel, name)
     shape = {"tokens": 10, "k_dim": 48, "n": 40, "experts": 4, "top_k": 2, "block_size": 16,
              "weighted": True}  # fmt: skip
-    torch.manual_seed(1)
-    first = mod.make_inputs(shape, torch.float32)
-    torch.manual_seed(2)
-    second = mod.make_inputs(shape, torch.float32)
-    for key, value in first.items():
-        if torch.is_tensor(value):
-            assert value.shape == second[key].shape
-            value.copy_(second[key])
+    first, second = refilled_inputs(mod, shape, torch.float32)
     _check(_launcher(mod, name)(**first), mod.reference(**second))
 
 

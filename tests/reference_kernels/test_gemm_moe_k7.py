@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.reference_kernels.conftest import ON_GPU, TF32_TOL
+from tests.reference_kernels.refill import refilled_inputs
 
 GEMM = "triton/gemm/"
 MOE = "triton/moe/"
@@ -345,12 +346,6 @@ def test_unpermute_gather_refilled_inputs_give_the_new_answer(load_kernel):
     # the scorer refills the inputs with another seed's values at the same addresses
     mod = load_kernel(UNPERMUTE + ".py")
     shape = {"tokens": 2, "top_k": 1, "experts": 3, "hidden": 33, "block_size": 8}
-    torch.manual_seed(1)
-    first = mod.make_inputs(shape, torch.float32)
-    torch.manual_seed(2)
-    second = mod.make_inputs(shape, torch.float32)
-    for key, value in first.items():
-        assert value.shape == second[key].shape
-        value.copy_(second[key])
+    first, second = refilled_inputs(mod, shape, torch.float32)
     _check(mod.moe_unpermute_weighted_gather(**first), mod.reference(**second),
            *TOL[torch.float32])  # fmt: skip

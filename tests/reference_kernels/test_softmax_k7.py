@@ -8,6 +8,8 @@ tuning values, and its input validation.
 import pytest
 import torch
 
+from tests.reference_kernels.refill import refilled_inputs
+
 DTYPES = [torch.float32, torch.bfloat16]
 # the interpreter truncates bf16 casts: allow two bf16 ulps
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
@@ -280,13 +282,6 @@ def test_embedding_bag_refilled_inputs_keep_a_valid_structure(load_kernel):
     # the scorer refills the inputs with another seed's values at the same addresses
     mod = _load(load_kernel, "embedding_bag_sum_offsets")
     shape = {"vocab": 50, "dim": 100, "bags": 6, "max_bag": 12}
-    torch.manual_seed(1)
-    first = mod.make_inputs(shape, torch.float32)
-    torch.manual_seed(2)
-    second = mod.make_inputs(shape, torch.float32)
-    for key, value in first.items():
-        if torch.is_tensor(value):
-            assert value.shape == second[key].shape
-            value.copy_(second[key])
+    first, second = refilled_inputs(mod, shape, torch.float32)
     out = mod.embedding_bag_sum_offsets(**first)
     _check(out, mod.reference(**second), torch.float32)
