@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= shard < shards:
         parser.error(f"--shard {args.shard}: want I/N with 0 <= I < N")
 
-    from aka.agent.adapt import AdaptError, adapt_kernel
+    from aka.agent.adapt import AdaptError, InPlaceMismatchError, adapt_kernel
     from aka.agent.measured import candidate_problems, measured_entries, write_measured
     from aka.bench import Scorer
     from aka.core import AkaError, BenchConfig
@@ -416,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                 for tuning in _numerics_variants(k.meta):
                     try:
                         source = adapt_kernel(k.path, k.meta, signatures[key], params=tuning)
+                    except InPlaceMismatchError as err:  # the right op, the wrong contract: say so
+                        error = ("in_place_mismatch", str(err))
+                        break
                     except AdaptError as err:
                         error = ("unmapped", str(err))
                         break

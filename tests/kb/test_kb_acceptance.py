@@ -56,6 +56,22 @@ def test_a_cpu_run_scores_a_kernel_on_its_family_problems_and_its_own(tmp_path: 
     assert all(r["tuning"] in ({}, {"round_act": False}) for r in rows.values())
 
 
+def test_an_in_place_kernel_on_a_functional_problem_gets_a_named_row(tmp_path: Path) -> None:
+    # rope_position_ids_inplace_qk computes rotary_embedding, but writes q and k in place while the
+    # example returns new tensors: the adapter refuses the pair by name, and the row says so
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "kb_acceptance.py"), "--device", "cpu",
+         "--kernels", "rope_position_ids_inplace_qk", "--problems", "examples",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads((tmp_path / "kb_acceptance_cpu.json").read_text())
+    (row,) = [r for r in record["rows"] if r["problem"] == "examples/rotary_embedding"]
+    assert row["verdict"] == "in_place_mismatch"
+    assert "'q'" in row["message"] and "in_place" in row["message"]
+
+
 def test_the_most_important_kernels_serve_the_heaviest_operators_first() -> None:
     rows = [
         {"kernel": "a", "problem": "atrex30/light", "verdict": "accepted"},
