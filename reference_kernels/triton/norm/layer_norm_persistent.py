@@ -16,8 +16,8 @@ tuning:
   num_warps: [4, 1, 2, 8, 16]
 args:
   x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
-  weight: {shape: [N], dtypes: [float], aliases: [w]}
-  bias: {shape: [N], dtypes: [float], optional: true, aliases: [b]}
+  weight: {shape: [W], dtypes: [float], aliases: [w]}
+  bias: {shape: [W], dtypes: [float], optional: true, aliases: [b]}
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, layer_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
@@ -37,9 +37,10 @@ shift, store. Every element is read and written once; w and b are fetched grid t
 once per row, and the next row's load does not wait on a new program's launch, which is where the
 one-program-per-row layer_norm_rowwise loses at prefill (10^4..10^5 rows of 1152..8192). Compared
 with layer_norm_multirow (a 2-D tile of rows), only one row is live per program, so registers do not
-grow with rows per program. Limits: rows wider than 65536 do not fit in registers (use
-layer_norm_welford_looped); at decode (rows below the grid) it is one program per row; no mean /
-rstd outputs (no backward).
+grow with rows per program. Weight and bias may be longer than the row (their first N entries are
+used, as atrex30's 8192-entry parameters need). Limits: rows wider than 65536 do not fit in
+registers (use layer_norm_welford_looped); at decode (rows below the grid) it is one program per
+row; no mean / rstd outputs (no backward).
 """
 
 import torch
@@ -105,8 +106,8 @@ def layer_norm_persistent(
 
     Args:
         x: (..., N) bf16/fp16/fp32, last dimension contiguous, N <= 65536.
-        weight: (N,) any float dtype.
-        bias: (N,) any float dtype, or None for no bias.
+        weight: (W,) any float dtype with W >= N; the first N entries are used.
+        bias: (W,) like weight, or None for no bias.
         eps: Added to the variance before the reciprocal square root.
         programs_per_sm: Persistent programs per SM (grid = min(rows, this * SMs)); None = 4.
         num_warps: Warps per program; None picks by row width.
@@ -118,9 +119,10 @@ def layer_norm_persistent(
         ValueError: The shapes do not match or the row is wider than 65536.
     """
     n = x.shape[-1] if x.dim() else 0
-    if x.dim() == 0 or weight.shape != (n,) or (bias is not None and bias.shape != (n,)):
+    too_short = weight.dim() != 1 or weight.shape[0] < n
+    if x.dim() == 0 or too_short or (bias is not None and (bias.dim() != 1 or bias.shape[0] < n)):
         got = (tuple(weight.shape), None if bias is None else tuple(bias.shape))
-        raise ValueError(f"weight/bias must be ({n},) for x {tuple(x.shape)}; got {got}")
+        raise ValueError(f"weight/bias need (>= {n},) for x {tuple(x.shape)}; got {got}")
     if n > MAX_WIDTH:
         raise ValueError(f"row width {n} > {MAX_WIDTH} does not fit in registers")
     x2 = x.reshape(-1, n)
@@ -149,9 +151,10 @@ def layer_norm_persistent(
 def reference(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5
 ) -> torch.Tensor:
-    """Return torch's layer_norm computed in fp32 and cast to x's dtype."""
-    b = None if bias is None else bias.float()
-    y = torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), weight.float(), b, eps)
+    """Return torch's layer_norm with weight[:N], bias[:N], in fp32, cast to x's dtype."""
+    n = x.shape[-1]
+    b = None if bias is None else bias[:n].float()
+    y = torch.nn.functional.layer_norm(x.float(), (n,), weight[:n].float(), b, eps)
     return y.to(x.dtype)
 
 

@@ -15,8 +15,8 @@ tuning:
   num_warps: [4, 1, 2, 8, 16]
 args:
   x: {shape: [..., N], dtypes: [bf16, fp16, fp32], aliases: [hidden_states, input]}
-  weight: {shape: [N], dtypes: [float], aliases: [w]}
-  bias: {shape: [N], dtypes: [float], optional: true, aliases: [b]}
+  weight: {shape: [W], dtypes: [float], aliases: [w]}
+  bias: {shape: [W], dtypes: [float], optional: true, aliases: [b]}
   eps: {type: float, default: 1.0e-5, aliases: [epsilon, variance_epsilon, layer_norm_eps]}
 returns:
   - {name: y, shape: [..., N], dtype: x}
@@ -29,9 +29,10 @@ LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b over the last dimension, one
 with the row in registers. The mean is reduced first and the variance is reduced from the centred
 values (both in fp32, from registers, so the second reduction costs no memory traffic); this avoids
 the cancellation of E[x^2] - mean^2 on rows with a large mean. Bytes per element: one read and one
-write of x, plus w and b once per row from L2. Bias is optional. Limits: rows wider than 65536 do
-not fit in registers; one program per row, so decode batches use few SMs; the mean and rstd are not
-returned (no backward here).
+write of x, plus w and b once per row from L2. Bias is optional; weight and bias may be longer
+than the row (atrex30's model holds 8192 entries) and their first N entries are used. Limits: rows
+wider than 65536 do not fit in registers; one program per row, so decode batches use few SMs; the
+mean and rstd are not returned (no backward here).
 """
 
 import torch
@@ -93,8 +94,8 @@ def layer_norm_rowwise(
 
     Args:
         x: (..., N) bf16/fp16/fp32, last dimension contiguous.
-        weight: (N,) any float dtype, contiguous.
-        bias: (N,) any float dtype, or None for no bias.
+        weight: (W,) any float dtype with W >= N; the first N entries are used.
+        bias: (W,) like weight, or None for no bias.
         eps: Added to the variance before the reciprocal square root.
         num_warps: Warps per program; None picks by row width.
 
@@ -105,9 +106,10 @@ def layer_norm_rowwise(
         ValueError: The shapes do not match or the row is wider than 65536.
     """
     n = x.shape[-1]
-    if weight.shape != (n,) or (bias is not None and bias.shape != (n,)):
+    too_short = weight.dim() != 1 or weight.shape[0] < n
+    if too_short or (bias is not None and (bias.dim() != 1 or bias.shape[0] < n)):
         got = (tuple(weight.shape), None if bias is None else tuple(bias.shape))
-        raise ValueError(f"weight/bias must be ({n},) for x {tuple(x.shape)}; got {got}")
+        raise ValueError(f"weight/bias need (>= {n},) for x {tuple(x.shape)}; got {got}")
     if n > 65536:
         raise ValueError(f"row width {n} > 65536 does not fit in registers")
     x2 = x.reshape(-1, n)
@@ -135,9 +137,10 @@ def layer_norm_rowwise(
 def reference(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, eps: float = 1e-5
 ) -> torch.Tensor:
-    """Return torch's layer_norm computed in fp32 and cast to x's dtype."""
-    b = None if bias is None else bias.float()
-    y = torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), weight.float(), b, eps)
+    """Return torch's layer_norm with weight[:N], bias[:N], in fp32, cast to x's dtype."""
+    n = x.shape[-1]
+    b = None if bias is None else bias[:n].float()
+    y = torch.nn.functional.layer_norm(x.float(), (n,), weight[:n].float(), b, eps)
     return y.to(x.dtype)
 
 
