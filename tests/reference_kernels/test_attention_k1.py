@@ -35,7 +35,11 @@ VARLEN = [
     {"seq_lens": [1, 17, 33], "num_heads": 4, "head_dim": 32},
     {"seq_lens": [5, 40, 20], "num_heads": 4, "num_heads_kv": 2, "head_dim": 40},
     {"seq_lens": [16, 2], "num_heads": 2, "head_dim": 64},
-]
+    # own key lengths (cu_seqlens_k): more keys than queries, fewer (causal: the first rows see
+    # no key), no keys, no queries
+    {"seq_lens": [1, 17, 33, 5, 0], "kv_lens": [9, 40, 20, 0, 7], "num_heads": 4,
+     "num_heads_kv": 2, "head_dim": 40},
+]  # fmt: skip
 DECODE_DENSE = [
     {"batch": 3, "seq_len": 33, "seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2,
      "head_dim": 32},
@@ -125,6 +129,23 @@ def test_varlen_without_max_seqlen_sizes_grid_by_tokens(load_kernel, kernel_id):
     assert inputs.pop("max_seqlen") == 40
     out = getattr(mod, kernel_id)(**inputs, block_m=16, block_n=16)
     _check(out, mod.reference(**inputs), torch.float32)
+
+
+@pytest.mark.parametrize(
+    "kernel_id", ["flash_attention_varlen_fwd", "flash_attention_varlen_causal_skip"]
+)
+def test_varlen_cu_seqlens_k_defaults_to_the_query_boundaries(load_kernel, kernel_id):
+    mod = load_kernel(_path(kernel_id))
+    inputs = mod.make_inputs(VARLEN[0], torch.float32)
+    assert "cu_seqlens_k" not in inputs
+    out = getattr(mod, kernel_id)(**inputs, block_m=16, block_n=16)
+    same = getattr(mod, kernel_id)(**inputs, cu_seqlens_k=inputs["cu_seqlens"].clone())
+    _check(out, mod.reference(**inputs), torch.float32)
+    _check(same, out, torch.float32)
+    # keys with their own token count need their own boundaries
+    inputs["k"], inputs["v"] = inputs["k"][:-1], inputs["v"][:-1]
+    with pytest.raises(ValueError, match="cu_seqlens_k"):
+        getattr(mod, kernel_id)(**inputs)
 
 
 @pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))

@@ -16,31 +16,38 @@ tuning:
   block_n: [64, 16, 32, 128]
   num_warps: [4, 2, 8]
 args:
-  q: {shape: [TT, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
-  k: {shape: [TT, HKV, D], like: q, aliases: [key]}
-  v: {shape: [TT, HKV, D], like: q, aliases: [value]}
+  q: {shape: [TQ, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [query]}
+  k: {shape: [TK, HKV, D], like: q, aliases: [key]}
+  v: {shape: [TK, HKV, D], like: q, aliases: [value]}
   cu_seqlens: {shape: ['?'], dtypes: [int32], aliases: [cu_seqlens_q, cu_seq_lens]}
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
   max_seqlen: {type: int, default: null, aliases: [max_seq_len, max_seqlen_q]}
+  cu_seqlens_k: {shape: ['?'], dtypes: [int32], optional: true, aliases: [cu_seqlens_kv]}
 returns:
-  - {name: out, shape: [TT, HQ, D], dtype: q}
+  - {name: out, shape: [TQ, HQ, D], dtype: q}
 problem:
-  shapes: [{seq_lens: [1, 17, 33], num_heads: 4, head_dim: 32}, {seq_lens: [5, 40, 20], num_heads: 4, num_heads_kv: 2, head_dim: 40}]
+  shapes:
+    - {seq_lens: [1, 17, 33], num_heads: 4, head_dim: 32}
+    - {seq_lens: [5, 40, 20], num_heads: 4, num_heads_kv: 2, head_dim: 40}
+    - {seq_lens: [1, 17, 33], kv_lens: [9, 0, 40], num_heads: 2, head_dim: 64}  # own key lengths
   dtypes: [fp32, bf16]
 measured: []
 ---
-Flash-attention forward for a packed batch of variable-length sequences (q, k, v all
-(sum(seq_lens), H, D), boundaries from the int32 prefix sums cu_seqlens), every query attending
-every key of its own sequence (no causal mask). One program owns BLOCK_M query rows of one
-sequence and one head; it keeps the Q tile in registers, streams the sequence's K and V in
-BLOCK_N tiles through two tensor-core products per tile, and carries a running max, denominator
-and fp32 accumulator (online softmax in the exp2 domain), so the L x L score matrix never reaches
-memory. Every tile is bounds-masked the same way, including the interior ones (the simple loop;
-flash_attention_varlen_causal_skip peels the masks off full tiles). Bytes: Q and O once, K and V
-once per query block (so ceil(L / BLOCK_M) reads of K/V per head, mostly from L2). GQA works
-when H_q is a multiple of H_kv. Limits: the grid is sized by the caller's max_seqlen (the total
-token count when it is not given: the launcher never reads cu_seqlens on the host), so a skewed
-batch launches idle programs that exit at once; head_dim <= 256; fp32 inputs use TF32 on the GPU.
+Flash-attention forward for a packed batch of variable-length sequences (q (sum(q_lens), H, D)
+with boundaries from the int32 prefix sums cu_seqlens; k, v (sum(k_lens), H, D) with their own
+prefix sums cu_seqlens_k, or q's boundaries when it is not given), every query attending every
+key of its own sequence (no causal mask; a sequence with no keys gives zero rows). One program
+owns BLOCK_M query rows of one sequence and one head; it keeps the Q tile in registers, streams
+the sequence's K and V in BLOCK_N tiles through two tensor-core products per tile, and carries a
+running max, denominator and fp32 accumulator (online softmax in the exp2 domain), so the
+Lq x Lk score matrix never reaches memory. Every tile is bounds-masked the same way, including
+the interior ones (the simple loop; flash_attention_varlen_causal_skip peels the masks off full
+tiles). Bytes: Q and O once, K and V once per query block (so ceil(Lq / BLOCK_M) reads of K/V per
+head, mostly from L2). GQA works when H_q is a multiple of H_kv. Limits: the grid is sized by the
+caller's max_seqlen (the total query token count when it is not given: the launcher never reads
+cu_seqlens on the host; key lengths need no bound, as each program loops over its sequence's keys
+read on device), so a skewed batch launches idle programs that exit at once; head_dim <= 256; fp32
+inputs use TF32 on the GPU.
 """
 
 import os
@@ -69,6 +76,7 @@ def _attention_varlen_fwd_kernel(
     v_ptr,
     out_ptr,
     cu_seqlens_ptr,
+    cu_seqlens_k_ptr,  # the same pointer as cu_seqlens_ptr when keys share q's boundaries
     # sizes and scalars
     head_dim,
     scale_log2e,  # softmax scale * log2(e): scores go through exp2
@@ -97,6 +105,8 @@ def _attention_varlen_fwd_kernel(
     seq_len = tl.load(cu_seqlens_ptr + seq + 1) - start
     if q_block * BLOCK_M >= seq_len:  # the grid fits the longest sequence; others exit here
         return
+    k_start = tl.load(cu_seqlens_k_ptr + seq)
+    k_len = tl.load(cu_seqlens_k_ptr + seq + 1) - k_start
 
     offs_m = q_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -108,16 +118,16 @@ def _attention_varlen_fwd_kernel(
     q_rows = (start + offs_m).to(tl.int64)
     q_ptrs = q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
     q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)
-    k_seq = k_ptr + start.to(tl.int64) * stride_kt + kv_head * stride_kh
-    v_seq = v_ptr + start.to(tl.int64) * stride_vt + kv_head * stride_vh
+    k_seq = k_ptr + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
+    v_seq = v_ptr + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # fp32 accumulation
 
-    for n_start in range(0, seq_len, BLOCK_N):
+    for n_start in range(0, k_len, BLOCK_N):
         offs_kv = n_start + offs_n
-        mask_n = offs_kv < seq_len
+        mask_n = offs_kv < k_len
         kv_mask = mask_n[:, None] & mask_d[None, :]
         # K read as a (BLOCK_D, BLOCK_N) tile through its strides: no transpose copy
         kt_ptrs = k_seq + offs_kv[None, :] * stride_kt + offs_d[:, None]
@@ -134,7 +144,8 @@ def _attention_varlen_fwd_kernel(
         acc = _mma(p, v, acc * alpha[:, None], UPCAST)
         m_i = m_new
 
-    out = acc / l_i[:, None]  # l_i >= 1: the row max contributes exp2(0)
+    # l_i >= 1 once a key was seen (the row max contributes exp2(0)); no keys: acc = 0, out = 0
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
@@ -153,14 +164,21 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _validate(q, k, v, cu_seqlens) -> None:
+def _validate(q, k, v, cu_seqlens, cu_seqlens_k) -> None:
     """Raise ValueError naming the shapes when the inputs do not fit together."""
     shapes = (f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)},"
-              f" cu_seqlens {tuple(cu_seqlens.shape)}")  # fmt: skip
+              f" cu_seqlens {tuple(cu_seqlens.shape)},"
+              f" cu_seqlens_k {tuple(cu_seqlens_k.shape)}")  # fmt: skip
     if q.dim() != 3 or k.shape != v.shape or k.dim() != 3 or cu_seqlens.dim() != 1:
-        raise ValueError(f"need q (T, Hq, D), k and v (T, Hkv, D), cu_seqlens (S+1,); got {shapes}")
-    if k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2] or q.shape[1] % k.shape[1]:
-        raise ValueError(f"tokens, head_dim or head counts (Hq % Hkv == 0) disagree: {shapes}")
+        raise ValueError(
+            f"need q (Tq, Hq, D), k and v (Tk, Hkv, D), cu_seqlens (S+1,); got {shapes}"
+        )
+    if k.shape[2] != q.shape[2] or q.shape[1] % k.shape[1]:
+        raise ValueError(f"head_dim or head counts (Hq % Hkv == 0) disagree: {shapes}")
+    if cu_seqlens_k is cu_seqlens and k.shape[0] != q.shape[0]:
+        raise ValueError(f"k has its own token count: pass its cu_seqlens_k; got {shapes}")
+    if cu_seqlens_k.shape != cu_seqlens.shape or cu_seqlens_k.dtype != cu_seqlens.dtype:
+        raise ValueError(f"cu_seqlens_k needs cu_seqlens' shape and dtype: {shapes}")
     if q.shape[2] > 256 or cu_seqlens.shape[0] < 1 or cu_seqlens.dtype != torch.int32:
         raise ValueError(f"need head_dim <= 256 and int32 cu_seqlens: {shapes}, {cu_seqlens.dtype}")
     if not (q.dtype == k.dtype == v.dtype) or any(t.stride(2) != 1 for t in (q, k, v)):
@@ -174,32 +192,37 @@ def flash_attention_varlen_fwd(
     cu_seqlens: torch.Tensor,
     softmax_scale: float | None = None,
     max_seqlen: int | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
     *,
     block_m: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
 ) -> torch.Tensor:
-    """Return non-causal self-attention of each packed sequence.
+    """Return non-causal attention of each packed sequence's queries to its keys.
 
     Args:
-        q: (sum(seq_lens), Hq, D) bf16/fp16/fp32, last axis contiguous.
-        k: (sum(seq_lens), Hkv, D) same dtype, Hq a multiple of Hkv.
-        v: (sum(seq_lens), Hkv, D) same dtype.
-        cu_seqlens: (S+1,) int32 prefix sums of the sequence lengths (starting at 0).
+        q: (sum(q_lens), Hq, D) bf16/fp16/fp32, last axis contiguous.
+        k: (sum(k_lens), Hkv, D) same dtype, Hq a multiple of Hkv.
+        v: (sum(k_lens), Hkv, D) same dtype.
+        cu_seqlens: (S+1,) int32 prefix sums of the query lengths (starting at 0).
         softmax_scale: Score scale; None means 1/sqrt(D).
-        max_seqlen: Longest sequence (sizes the grid, as flash-attn's max_seqlen_q); None
-            sizes it by the total token count (surplus programs exit at once).
+        max_seqlen: Longest query sequence (sizes the grid, as flash-attn's max_seqlen_q);
+            None sizes it by the total query token count (surplus programs exit at once).
+        cu_seqlens_k: (S+1,) int32 prefix sums of the key lengths (flash-attn's
+            cu_seqlens_k); None means keys share the queries' boundaries (self-attention).
+            A sequence with no keys gets zero output rows.
         block_m: Query rows per program (power of two >= 16); None uses the heuristic.
         block_n: Keys per loop step (power of two >= 16); None uses the heuristic.
         num_warps: Warps per program; None uses the heuristic.
 
     Returns:
-        (sum(seq_lens), Hq, D) tensor of q's dtype.
+        (sum(q_lens), Hq, D) tensor of q's dtype.
 
     Raises:
         ValueError: Shapes, dtypes or layouts do not fit together.
     """
-    _validate(q, k, v, cu_seqlens)
+    cu_seqlens_k = cu_seqlens if cu_seqlens_k is None else cu_seqlens_k
+    _validate(q, k, v, cu_seqlens, cu_seqlens_k)
     out = torch.empty_like(q)
     num_seqs = cu_seqlens.shape[0] - 1
     # no host read of cu_seqlens: without max_seqlen the grid covers the total token count
@@ -214,7 +237,7 @@ def flash_attention_varlen_fwd(
     cfg["num_warps"] = num_warps or cfg["num_warps"]
     grid = (num_seqs, triton.cdiv(bound, cfg["BLOCK_M"]), hq)
     _attention_varlen_fwd_kernel[grid](
-        q, k, v, out, cu_seqlens,
+        q, k, v, out, cu_seqlens, cu_seqlens_k,
         d, scale * 1.4426950408889634,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1),
@@ -224,36 +247,48 @@ def flash_attention_varlen_fwd(
     return out
 
 
-def reference(q, k, v, cu_seqlens, softmax_scale=None, max_seqlen=None):
-    """Run softmax attention per sequence in fp32 and cast back to q's dtype."""
+def reference(q, k, v, cu_seqlens, softmax_scale=None, max_seqlen=None, cu_seqlens_k=None):
+    """Run softmax attention per sequence in fp32 and cast back to q's dtype (no keys: zeros)."""
     group = q.shape[1] // k.shape[1]
     scale = softmax_scale if softmax_scale is not None else q.shape[2] ** -0.5
-    out = torch.empty_like(q)
+    cu_k = cu_seqlens if cu_seqlens_k is None else cu_seqlens_k
+    out = torch.zeros_like(q)
     for s in range(cu_seqlens.shape[0] - 1):
         a, b = int(cu_seqlens[s]), int(cu_seqlens[s + 1])
-        ks = k[a:b].float().repeat_interleave(group, dim=1)
-        vs = v[a:b].float().repeat_interleave(group, dim=1)
+        ka, kb = int(cu_k[s]), int(cu_k[s + 1])
+        if kb == ka:
+            continue
+        ks = k[ka:kb].float().repeat_interleave(group, dim=1)
+        vs = v[ka:kb].float().repeat_interleave(group, dim=1)
         p = (torch.einsum("qhd,khd->hqk", q[a:b].float(), ks) * scale).softmax(-1)
         out[a:b] = torch.einsum("hqk,khd->qhd", p, vs).to(q.dtype)
     return out
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
-    """Return packed N(0, 1) q, k, v and their cu_seqlens.
+    """Return packed N(0, 1) q, k, v and their cu_seqlens (and cu_seqlens_k with ``kv_lens``).
 
-    ``shape``: ``seq_lens`` (list), ``num_heads``, ``head_dim``, optional ``num_heads_kv``
-    (default ``num_heads``).
+    ``shape``: ``seq_lens`` (list of query lengths), ``num_heads``, ``head_dim``, optional
+    ``num_heads_kv`` (default ``num_heads``) and ``kv_lens`` (key lengths; without it the keys
+    share the queries' lengths and no cu_seqlens_k is passed).
     """
     lens = list(shape["seq_lens"])
+    kv_lens = list(shape.get("kv_lens", lens))
     h, d = shape["num_heads"], shape["head_dim"]
     hkv = shape.get("num_heads_kv", h)
-    total = sum(lens)
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device=device)
-    cu[1:] = torch.tensor(lens, device=device).cumsum(0)
-    return {
-        "q": torch.randn(total, h, d, device=device).to(dtype),
-        "k": torch.randn(total, hkv, d, device=device).to(dtype),
-        "v": torch.randn(total, hkv, d, device=device).to(dtype),
-        "cu_seqlens": cu,
+
+    def prefix(ns: list[int]) -> torch.Tensor:
+        cu = torch.zeros(len(ns) + 1, dtype=torch.int32, device=device)
+        cu[1:] = torch.tensor(ns, device=device).cumsum(0)
+        return cu
+
+    inputs = {
+        "q": torch.randn(sum(lens), h, d, device=device).to(dtype),
+        "k": torch.randn(sum(kv_lens), hkv, d, device=device).to(dtype),
+        "v": torch.randn(sum(kv_lens), hkv, d, device=device).to(dtype),
+        "cu_seqlens": prefix(lens),
         "max_seqlen": max(lens, default=0),
     }
+    if "kv_lens" in shape:
+        inputs["cu_seqlens_k"] = prefix(kv_lens)
+    return inputs
