@@ -20,11 +20,15 @@ PREFILL = [
      "head_dim": 40},
     {"seq_lens": [16, 2], "num_heads_q": 4, "num_heads_kv": 1, "head_dim": 64},  # MQA, one tile
 ]  # fmt: skip
-DECODE_PAGED = [
+DECODE_PAGED = [  # vLLM's cache layout (5-D split-x keys, (D, page) values) unless "flat"
     {"seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2, "head_dim": 32},
     {"seq_lens": [0, 40, 16], "num_heads_q": 6, "num_heads_kv": 2, "head_dim": 40},
     {"seq_lens": [70], "num_heads_q": 4, "num_heads_kv": 4, "head_dim": 64},
-]
+    {"seq_lens": [1, 17, 33], "num_heads_q": 4, "num_heads_kv": 2, "head_dim": 32,
+     "layout": "flat"},
+    {"seq_lens": [0, 40, 16], "num_heads_q": 6, "num_heads_kv": 2, "head_dim": 40,
+     "layout": "flat"},
+]  # fmt: skip
 MLA = [
     {"batch": 2, "num_heads": 4, "seq_len": 37, "kv_lora_rank": 64, "rope_dim": 16},
     {"batch": 3, "num_heads": 20, "seq_len": 40, "seq_lens": [0, 17, 40], "kv_lora_rank": 64,
@@ -146,6 +150,24 @@ def test_varlen_cu_seqlens_k_defaults_to_the_query_boundaries(load_kernel, kerne
     inputs["k"], inputs["v"] = inputs["k"][:-1], inputs["v"][:-1]
     with pytest.raises(ValueError, match="cu_seqlens_k"):
         getattr(mod, kernel_id)(**inputs)
+
+
+@pytest.mark.parametrize(
+    "kernel_id", ["paged_decode_attention_per_head", "paged_decode_attention_split_kv"]
+)
+def test_paged_decode_vllm_and_flat_layouts_agree(load_kernel, kernel_id):
+    # the same cache values stored both ways: 4-D (NB, HKV, page, D) for K and V, and vLLM's
+    # 5-D split-x keys (NB, HKV, D / x, page, x) with values (NB, HKV, D, page)
+    mod = load_kernel(_path(kernel_id))
+    flat = mod.make_inputs(dict(DECODE_PAGED[1], layout="flat"), torch.bfloat16)
+    nb, hkv, page, d = flat["k_cache"].shape
+    vllm = dict(flat)
+    vllm["k_cache"] = flat["k_cache"].view(nb, hkv, page, d // 8, 8).permute(0, 1, 3, 2, 4)
+    vllm["k_cache"] = vllm["k_cache"].contiguous()
+    vllm["v_cache"] = flat["v_cache"].transpose(2, 3).contiguous()
+    out_flat = getattr(mod, kernel_id)(**flat)
+    torch.testing.assert_close(getattr(mod, kernel_id)(**vllm), out_flat, atol=0, rtol=0)
+    _check(out_flat, mod.reference(**vllm), torch.bfloat16)
 
 
 @pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))

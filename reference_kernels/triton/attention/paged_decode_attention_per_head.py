@@ -16,8 +16,8 @@ tuning:
   num_warps: [4, 1, 2, 8]
 args:
   query: {shape: [S, HQ, D], dtypes: [bf16, fp16, fp32], aliases: [q]}
-  k_cache: {shape: [NB, HKV, PAGE, D], like: query, aliases: [key_cache]}
-  v_cache: {shape: [NB, HKV, PAGE, D], like: query, aliases: [value_cache]}
+  k_cache: {shape: [NB, HKV, '?', PAGE, '?'], like: query, aliases: [key_cache]}
+  v_cache: {shape: [NB, HKV, D, PAGE], like: query, aliases: [value_cache]}
   block_tables: {shape: [S, '?'], dtypes: [int32], aliases: [block_table]}
   seq_lens: {shape: [S], dtypes: [int32], aliases: [context_lens, seqused_k]}
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
@@ -28,17 +28,21 @@ problem:
   dtypes: [fp32, bf16]
 measured: []
 ---
-Decode attention (one new query token per sequence) over a paged KV cache. Cache layout, chosen
-for this file and used by make_inputs: k_cache and v_cache are both (num_blocks, HKV, PAGE, D),
-so one page of one KV head is a contiguous PAGE x D slab (a simplification of vLLM's split-x
-K layout). One program per (sequence, query head) loads the query row once and walks the
-sequence's pages PAGES_PER_STEP at a time through the block table; scores are a broadcast
-multiply and row sum on CUDA cores (one query row would waste a tensor-core tile), with a running
-max, denominator and fp32 accumulator (online softmax in the exp2 domain). Bytes: each program
-reads its sequence's K and V for its KV head once (2 x L x D x 2 B in bf16); the GROUP query heads
-of a KV head read the same pages, which the L2 mostly absorbs. Limits: S x HQ programs only, so
-a small batch with a long context leaves SMs idle (see paged_decode_attention_split_kv); page
-size a power of two; head_dim <= 256.
+Decode attention (one new query token per sequence) over a paged KV cache. Two cache layouts,
+told apart by k_cache's rank in the launcher and handed to the kernel as strides plus the key
+run length X (a constexpr): vLLM's (the header's, atrex30's paged_attention_decode and
+make_inputs' default), k_cache (num_blocks, HKV, D / x, PAGE, x) with x = 16 bytes / itemsize
+(key element d at run d // x, lane d % x) and v_cache (num_blocks, HKV, D, PAGE); and a flat
+one, k_cache and v_cache both (num_blocks, HKV, PAGE, D) (X = 1: one PAGE x D slab per page and
+head; make_inputs' ``layout: flat``). One program per (sequence, query head) loads the query row
+once and walks the sequence's pages PAGES_PER_STEP at a time through the block table; scores
+are a broadcast multiply and row sum on CUDA cores (one query row would waste a tensor-core
+tile), with a running max, denominator and fp32 accumulator (online softmax in the exp2 domain).
+Bytes: each program reads its sequence's K and V for its KV head once (2 x L x D x 2 B in bf16);
+the GROUP query heads of a KV head read the same pages, which the L2 mostly absorbs. Limits:
+S x HQ programs only, so a small batch with a long context leaves SMs idle (see
+paged_decode_attention_split_kv); page size a power of two; head_dim <= 256 (a multiple of x in
+the vLLM layout).
 """
 
 import torch
@@ -63,9 +67,11 @@ def _attention_paged_decode_per_head_kernel(
     stride_qh,
     stride_kb,
     stride_kh,
+    stride_kx,  # between key runs of X elements (flat layout: the D stride, X = 1)
     stride_kt,
     stride_vb,
     stride_vh,
+    stride_vd,
     stride_vt,
     stride_os,
     stride_oh,
@@ -74,6 +80,7 @@ def _attention_paged_decode_per_head_kernel(
     GROUP_SIZE: tl.constexpr,  # query heads per KV head
     PAGE_SIZE: tl.constexpr,  # tokens per page (power of two)
     PAGES_PER_STEP: tl.constexpr,  # pages gathered per loop step
+    X: tl.constexpr,  # contiguous key elements per run: 16 B / itemsize (vLLM), 1 (flat)
     BLOCK_D: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -85,6 +92,9 @@ def _attention_paged_decode_per_head_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < head_dim
+    # key element d sits in run d // X at lane d % X; value element d at d * stride_vd
+    k_off_d = (offs_d // X) * stride_kx + offs_d % X
+    v_off_d = offs_d * stride_vd
 
     # the query row, fp32 from here on (head_dim contiguous)
     q = tl.load(q_ptr + seq * stride_qs + head * stride_qh + offs_d, mask=mask_d, other=0.0)
@@ -104,7 +114,7 @@ def _attention_paged_decode_per_head_kernel(
         row = pos % PAGE_SIZE
         kv_mask = mask_n[:, None] & mask_d[None, :]
         k_ptrs = (k_cache_ptr + page[:, None] * stride_kb + kv_head * stride_kh
-                  + row[:, None] * stride_kt + offs_d[None, :])  # fmt: skip
+                  + row[:, None] * stride_kt + k_off_d[None, :])  # fmt: skip
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0).to(tl.float32)
 
         # scores: (BLOCK_N,) dot products on CUDA cores, log2 domain
@@ -117,7 +127,7 @@ def _attention_paged_decode_per_head_kernel(
         p = tl.exp2(s - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=0)
         v_ptrs = (v_cache_ptr + page[:, None] * stride_vb + kv_head * stride_vh
-                  + row[:, None] * stride_vt + offs_d[None, :])  # fmt: skip
+                  + row[:, None] * stride_vt + v_off_d[None, :])  # fmt: skip
         v = tl.load(v_ptrs, mask=kv_mask, other=0.0).to(tl.float32)
         acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
         m_i = m_new
@@ -140,12 +150,21 @@ def _validate(query, k_cache, v_cache, block_tables, seq_lens) -> None:
     shapes = (f"query {tuple(query.shape)}, k_cache {tuple(k_cache.shape)}, v_cache"
               f" {tuple(v_cache.shape)}, block_tables {tuple(block_tables.shape)},"
               f" seq_lens {tuple(seq_lens.shape)}")  # fmt: skip
-    if query.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+    if query.dim() != 3 or k_cache.dim() not in (4, 5) or v_cache.dim() != 4:
         raise ValueError(
-            f"need query (S, HQ, D) and k/v caches (blocks, HKV, page, D); got {shapes}"
+            "need query (S, HQ, D) and k/v caches (blocks, HKV, D / x, page, x) and (blocks, HKV,"
+            f" D, page), or both (blocks, HKV, page, D); got {shapes}"
         )
     s, hq, d = query.shape
-    _, hkv, page_size, dk = k_cache.shape
+    nb, hkv = k_cache.shape[:2]
+    if k_cache.dim() == 5:  # vLLM: split-x keys, values stored (D, page)
+        _, _, dx, page_size, x = k_cache.shape
+        dk, v_want = dx * x, (nb, hkv, d, page_size)
+    else:
+        _, _, page_size, dk = k_cache.shape
+        v_want = (nb, hkv, page_size, d)
+    if tuple(v_cache.shape) != v_want:
+        raise ValueError(f"v_cache does not match k_cache's layout (want {v_want}); got {shapes}")
     if block_tables.shape[0] != s or seq_lens.shape != (s,):
         raise ValueError(f"need block_tables (S, max_blocks) and seq_lens (S,); got {shapes}")
     if dk != d or hq % hkv != 0 or d > 256 or page_size & (page_size - 1):
@@ -154,8 +173,27 @@ def _validate(query, k_cache, v_cache, block_tables, seq_lens) -> None:
         raise ValueError(f"query, k_cache, v_cache dtypes differ: {query.dtype}, {k_cache.dtype}")
     if block_tables.dtype != torch.int32 or seq_lens.dtype != torch.int32:
         raise ValueError("block_tables and seq_lens must be int32")
-    if query.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("query and the caches need a contiguous last (head_dim) axis")
+    if query.stride(2) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("query and the caches need a contiguous last axis")
+
+
+def _cache_strides(k_cache, v_cache) -> tuple[int, int, dict[str, int]]:
+    """Return the page size, key run length X and the kernel's cache strides (either layout)."""
+    if k_cache.dim() == 5:  # (NB, HKV, D / x, page, x) and (NB, HKV, D, page)
+        page_size, x = k_cache.shape[3], k_cache.shape[4]
+        k_strides = (k_cache.stride(2), k_cache.stride(3))
+        v_strides = (v_cache.stride(2), v_cache.stride(3))
+    else:  # flat: (NB, HKV, page, D) for both; X = 1, runs of one element D-stride apart
+        page_size, x = k_cache.shape[2], 1
+        k_strides = (k_cache.stride(3), k_cache.stride(2))
+        v_strides = (v_cache.stride(3), v_cache.stride(2))
+    strides = {
+        "stride_kb": k_cache.stride(0), "stride_kh": k_cache.stride(1),
+        "stride_kx": k_strides[0], "stride_kt": k_strides[1],
+        "stride_vb": v_cache.stride(0), "stride_vh": v_cache.stride(1),
+        "stride_vd": v_strides[0], "stride_vt": v_strides[1],
+    }  # fmt: skip
+    return page_size, x, strides
 
 
 def paged_decode_attention_per_head(
@@ -173,8 +211,11 @@ def paged_decode_attention_per_head(
 
     Args:
         query: (S, HQ, D) bf16/fp16/fp32, last axis contiguous.
-        k_cache: (num_blocks, HKV, page_size, D), same dtype; page_size a power of two.
-        v_cache: (num_blocks, HKV, page_size, D), same dtype.
+        k_cache: (num_blocks, HKV, D / x, page_size, x) (vLLM's split-x layout, x = 16 bytes /
+            itemsize) or (num_blocks, HKV, page_size, D) (flat); same dtype, last axis
+            contiguous; page_size a power of two.
+        v_cache: (num_blocks, HKV, D, page_size) with a 5-D k_cache, else (num_blocks, HKV,
+            page_size, D); same dtype, last axis contiguous.
         block_tables: (S, max_blocks) int32, logical page -> physical page.
         seq_lens: (S,) int32 cached tokens per sequence (the new token's K/V included).
         softmax_scale: Score scale; None means 1/sqrt(D).
@@ -189,7 +230,8 @@ def paged_decode_attention_per_head(
     """
     _validate(query, k_cache, v_cache, block_tables, seq_lens)
     s, hq, d = query.shape
-    _, hkv, page_size, _ = k_cache.shape
+    hkv = k_cache.shape[1]
+    page_size, x, cache_strides = _cache_strides(k_cache, v_cache)
     out = torch.empty_like(query)
     if s == 0:
         return out
@@ -198,21 +240,30 @@ def paged_decode_attention_per_head(
     _attention_paged_decode_per_head_kernel[(s, hq)](
         query, k_cache, v_cache, out, block_tables, seq_lens,
         d, scale * 1.4426950408889634,
-        query.stride(0), query.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        out.stride(0), out.stride(1),
-        block_tables.stride(0),
+        stride_qs=query.stride(0), stride_qh=query.stride(1),
+        stride_os=out.stride(0), stride_oh=out.stride(1),
+        stride_bts=block_tables.stride(0),
+        **cache_strides,
         GROUP_SIZE=hq // hkv, PAGE_SIZE=page_size,
         PAGES_PER_STEP=pages_per_step or cfg["pages_per_step"],
-        BLOCK_D=triton.next_power_of_2(d),
+        X=x, BLOCK_D=triton.next_power_of_2(d),
         num_warps=num_warps or cfg["num_warps"],
     )  # fmt: skip
     return out
 
 
+def _flat_caches(k_cache, v_cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return both caches as (num_blocks, HKV, page, D) views (un-tiling vLLM's layout)."""
+    if k_cache.dim() == 4:
+        return k_cache, v_cache
+    nb, hkv, dx, page_size, x = k_cache.shape
+    k = k_cache.permute(0, 1, 3, 2, 4).reshape(nb, hkv, page_size, dx * x)
+    return k, v_cache.transpose(2, 3)
+
+
 def reference(query, k_cache, v_cache, block_tables, seq_lens, softmax_scale=None):
     """Gather each sequence's pages and run softmax attention for its one query in fp32."""
+    k_cache, v_cache = _flat_caches(k_cache, v_cache)
     _, hkv, page_size, d = k_cache.shape
     group = query.shape[1] // hkv
     scale = softmax_scale if softmax_scale is not None else d**-0.5
@@ -229,10 +280,12 @@ def reference(query, k_cache, v_cache, block_tables, seq_lens, softmax_scale=Non
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
-    """Return decode queries and a shuffled paged cache in the (blocks, HKV, page, D) layout.
+    """Return decode queries and a shuffled paged cache.
 
-    ``shape``: ``seq_lens`` (list of cached lengths, >= 1), ``num_heads_q``, ``num_heads_kv``,
-    ``head_dim``, optional ``page_size`` (16).
+    ``shape``: ``seq_lens`` (list of cached lengths), ``num_heads_q``, ``num_heads_kv``,
+    ``head_dim`` (a multiple of x = 16 bytes / itemsize), optional ``page_size`` (16) and
+    ``layout``: ``vllm`` (default; k (blocks, HKV, D / x, page, x), v (blocks, HKV, D, page)) or
+    ``flat`` (both (blocks, HKV, page, D)).
     """
     lens = list(shape["seq_lens"])
     hq, hkv, d = shape["num_heads_q"], shape["num_heads_kv"], shape["head_dim"]
@@ -245,10 +298,17 @@ def make_inputs(shape: dict, dtype: torch.dtype, device: str = "cpu") -> dict:
     for i, n in enumerate(pages_per_seq):
         block_tables[i, :n] = perm[start : start + n]
         start += n
+    query = torch.randn(len(lens), hq, d, device=device).to(dtype)
+    k_cache = torch.randn(num_blocks, hkv, page_size, d, device=device).to(dtype)
+    v_cache = torch.randn(num_blocks, hkv, page_size, d, device=device).to(dtype)
+    if shape.get("layout", "vllm") == "vllm":  # the same values, stored split-x and (D, page)
+        x = 16 // k_cache.element_size()
+        k_cache = k_cache.view(num_blocks, hkv, page_size, d // x, x).permute(0, 1, 3, 2, 4)
+        k_cache, v_cache = k_cache.contiguous(), v_cache.transpose(2, 3).contiguous()
     return {
-        "query": torch.randn(len(lens), hq, d, device=device).to(dtype),
-        "k_cache": torch.randn(num_blocks, hkv, page_size, d, device=device).to(dtype),
-        "v_cache": torch.randn(num_blocks, hkv, page_size, d, device=device).to(dtype),
+        "query": query,
+        "k_cache": k_cache,
+        "v_cache": v_cache,
         "block_tables": block_tables,
         "seq_lens": torch.tensor(lens, dtype=torch.int32, device=device),
     }
