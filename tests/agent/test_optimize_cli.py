@@ -27,6 +27,9 @@ RMS_NORM = ROOT / "configs" / "examples" / "rms_norm" / "op.yaml"
 RENAMED = ROOT / "tests" / "fixtures" / "problems" / "rmsnorm_renamed" / "op.yaml"
 
 
+# Its two subprocesses may take 600 s + 300 s: a cold KB build (315 kernels, 249 documents) and a
+# re-score; on a loaded 2-core machine the two passed the suite-wide 300 s cap (2026-12-04).
+@pytest.mark.timeout(900)
 def test_optimize_on_a_fresh_machine_builds_the_kb_and_writes_a_correct_kernel(
     tmp_path: Path,
 ) -> None:
