@@ -7,7 +7,8 @@ Reads the facts a candidate worker gathered (``aka.bench.guards``) and decides, 
   device time of one warm forward; in the CPU interpreter, where nothing is timed, the bytes touched
   by aten ops that compute (math, copies, casts — allocations and views are free) over those plus
   the bytes of the candidate's kernel arguments. Above ``1 - engagement_min`` the verdict is
-  ``fallback``.
+  ``fallback``. A small device-to-host read (a length for an output's shape) is set apart from both
+  sides; reading more back is ``fallback`` (``READBACK_FREE_BYTES``, ``READBACK_FREE_US``).
 - **not_engaged**: no kernel of the candidate's file launched during forward; or none had an
   output's memory among its arguments; or none had a forward input's; or a ghost call (the
   candidate's kernels skipped) produced the same output as a real one. CUDA C++ kernels (built
@@ -24,7 +25,23 @@ from typing import Any
 
 from aka.bench.result import Verdict
 
-__all__ = ["EngagementOutcome", "fallback_ratio", "judge_engagement"]
+__all__ = [
+    "READBACK_FREE_BYTES",
+    "READBACK_FREE_US",
+    "EngagementOutcome",
+    "fallback_ratio",
+    "judge_engagement",
+]
+
+#: Device-to-host reads of at most this many bytes per forward call (by the op trace) and this
+#: much device time (by the profiler) are neither the candidate's work nor library work: lengths
+#: and counts read with ``.item()`` to size data-dependent outputs. A forward that reads more back
+#: is ``fallback`` outright: the host can compute from it, unseen by the profiler, a reduction
+#: whose small result goes back as kernel arguments. Past the time bound (copies the op trace
+#: cannot see, such as ``cudaMemcpy`` called by a CUDA C++ extension; about 1 MB of pageable copy)
+#: their device time is library work.
+READBACK_FREE_BYTES = 1024
+READBACK_FREE_US = 50.0
 
 
 @dataclass
@@ -53,8 +70,14 @@ def fallback_ratio(
     """
     if profile and "own_us" in profile:
         own, library = float(profile["own_us"]), float(profile["library_us"])
+        items = {k: float(v) for k, v in profile.get("library_kernels", {}).items()}
+        read_us = float(profile.get("readback_us", 0.0))
+        if read_us > READBACK_FREE_US:
+            library += read_us
+            items[f"device-to-host copies ({read_us:.1f} us)"] = read_us
+            items = dict(sorted(items.items(), key=lambda kv: -kv[1]))
         if own + library > 0:
-            return library / (own + library), "profiler", dict(profile.get("library_kernels", {}))
+            return library / (own + library), "profiler", items
     own_b, lib_b = float(trace.get("own_bytes", 0)), float(trace.get("library_bytes", 0))
     ratio = lib_b / (own_b + lib_b) if own_b + lib_b > 0 else 1.0
     items = {k: float(v) for k, v in (trace.get("library_ops") or {}).items()}
@@ -81,6 +104,15 @@ def judge_engagement(
     ratio, method, library = fallback_ratio(trace, profile)
     kernels = list(trace.get("kernels", []))
     base = EngagementOutcome(None, "", ratio, method, kernels, library)
+    read_b = int(trace.get("readback_bytes", 0))
+    if read_b > READBACK_FREE_BYTES:
+        base.verdict = Verdict.FALLBACK
+        base.message = (
+            f"forward copied {read_b} bytes from the device to the host; at most "
+            f"{READBACK_FREE_BYTES} are allowed (lengths to size outputs) — the host must not "
+            "see the data: compute the result in your own kernels"
+        )
+        return base
     allowed = 1.0 - engagement_min
     if ratio > allowed + 1e-12:
         top = ", ".join(f"{k}" for k in list(library)[:4]) or "no kernel of its own"

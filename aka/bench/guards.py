@@ -37,6 +37,7 @@ __all__ = [
     "fingerprint",
     "output_problems",
     "overlapping",
+    "readback_bytes",
     "spans_of",
 ]
 
@@ -77,11 +78,12 @@ _FREE_OPS = frozenset(
 #: Device work that only initialises memory (``torch.zeros``/``fill_``/``zero_``, memsets): the
 #: profiler counts it as neither the candidate's nor library compute, as the op recorder does.
 _GLUE_KERNEL = re.compile(r"FillFunctor|^Memset|memset", re.IGNORECASE)
-#: A copy from the device to the host (``.item()`` of a length the output's shape needs): it cannot
-#: write a device output, and anything the host computed from it comes back through a
-#: host-to-device copy, which stays library work. Its time is in the latency all the same; as
-#: library work it failed a fast honest kernel whose problem returns data-dependent lengths
-#: (moe_align_block_size_cuda: one 4-byte read was 26-38% of its device time on the H200).
+#: A copy from the device to the host (``.item()`` of a length the output's shape needs). It cannot
+#: write a device output, and an answer the host computes must come back by a host-to-device copy,
+#: which stays library work. Only a small readback is set apart from library work
+#: (``READBACK_FREE_BYTES``, judged in ``aka.bench.engagement``): as library work, one 4-byte read
+#: was 26-38% of the device time of moe_align_block_size_cuda on the H200 and failed a fast honest
+#: kernel, while reading a whole input back would let the host do the reduction unseen.
 _READBACK = re.compile(r"^Memcpy DtoH")
 #: ``__global__`` functions in CUDA C++ sources handed to ``load_inline``: qualifiers, the return
 #: type and ``__launch_bounds__(...)`` may stand between the keyword and the name.
@@ -161,6 +163,7 @@ class Trace:
     own_bytes: int = 0
     library_ops: dict[str, int] = field(default_factory=dict)
     library_bytes: int = 0
+    readback_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The facts the parent needs (no addresses)."""
@@ -171,6 +174,7 @@ class Trace:
             "own_bytes": self.own_bytes,
             "library_bytes": self.library_bytes,
             "library_ops": dict(top),
+            "readback_bytes": self.readback_bytes,
         }
 
 
@@ -181,6 +185,31 @@ def _tensor_bytes(obj: Any) -> int:
         return int(obj.numel() * obj.element_size())
     if isinstance(obj, list | tuple):
         return sum(_tensor_bytes(o) for o in obj)
+    return 0
+
+
+def _on_device(obj: Any) -> bool:
+    device = getattr(obj, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def readback_bytes(name: str, args: Any, kwargs: dict[str, Any], out: Any) -> int:
+    """Bytes one aten op moved from a device to the host (0 for any other op).
+
+    ``.item()`` is ``_local_scalar_dense`` of a device tensor; ``.cpu()``, ``.to("cpu")``,
+    ``.tolist()`` and ``cpu_tensor.copy_(device_tensor)`` give a host tensor from a device one.
+    """
+    import torch
+
+    inputs = [*args, *kwargs.values()]
+    if name == "_local_scalar_dense":
+        return sum(
+            t.element_size() for t in inputs if isinstance(t, torch.Tensor) and _on_device(t)
+        )
+    outs = out if isinstance(out, list | tuple) else [out]
+    host = [t for t in outs if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+    if host and any(isinstance(t, torch.Tensor) and _on_device(t) for t in inputs):
+        return sum(_tensor_bytes(t) for t in host)
     return 0
 
 
@@ -426,6 +455,7 @@ class CandidateGuard:
                 out = func(*args, **kwargs)
                 if guard._depth == 0:
                     name = _op_name(func)
+                    trace.readback_bytes += readback_bytes(name, args, kwargs, out)
                     if not (getattr(func, "is_view", False) or name in _FREE_OPS):
                         size = (
                             sum(_tensor_bytes(a) for a in args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from aka.spec import ProblemSpec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 SHAPE = ["prefill_t4096_h4096"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +75,18 @@ def test_gpu_ghost_run_sees_a_kernel_that_does_nothing(
     )
     result = scorers[1].evaluate(rms_norm, source, shape_ids=SHAPE)
     assert result.verdict in (Verdict.FALLBACK, Verdict.NOT_ENGAGED), result.failure
+
+
+def test_gpu_a_length_read_back_is_set_apart_but_an_input_read_back_is_fallback(
+    scorers: tuple[Scorer, Scorer], rms_norm: ProblemSpec, inject: Callable[[str], str]
+) -> None:
+    decode = ["decode_b64_h4096"]  # a ~3 us kernel: a 4-byte read is a large share of its time
+    length = inject("rows = x.new_full((1,), x.shape[0], dtype=torch.int32).item()\nassert rows")
+    result = scorers[1].evaluate(rms_norm, length, shape_ids=decode)
+    assert result.verdict is Verdict.ACCEPTED, result.failure
+    assert result.fallback_ratio is not None and result.fallback_ratio < 0.1
+    # the host computes each row's scale from a full copy of x; only own kernels run on the device
+    cheat = (REPO / "tests" / "exploits" / "cheats" / "host_readback_reduction.py").read_text()
+    result = scorers[1].evaluate(rms_norm, cheat, shape_ids=decode)
+    assert result.verdict is Verdict.FALLBACK, result.failure
+    assert result.failure is not None and "copied 524288 bytes" in result.failure.message

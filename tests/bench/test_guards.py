@@ -310,3 +310,44 @@ def test_device_events_are_classed_own_glue_readback_or_library() -> None:
     }
     assert {name: device_event_kind(name, own) for name in kinds} == kinds
     assert device_event_kind("moe_align_kernel", None) == "library"  # no own names known
+
+
+def test_only_a_small_readback_is_set_apart_from_library_work() -> None:
+    from aka.bench.engagement import READBACK_FREE_BYTES, READBACK_FREE_US
+
+    trace = {"launches": 1, "kernels": ["k"], "outputs": ["0"], "outputs_covered": ["0"]}
+    trace |= {"inputs_covered": ["x"], "own_bytes": 1, "library_bytes": 0}
+    # moe_align_block_size_cuda on the H200: its one 4-byte length read was 26-38% of the time
+    profile = {"own_us": 6.0, "library_us": 0.0, "readback_us": 3.0, "library_kernels": {}}
+    small = trace | {"readback_bytes": 4}
+    ok = judge_engagement(small, profile, ghost_same=False, engagement_min=0.9)
+    assert ok.verdict is None and ok.fallback_ratio == 0.0
+    # an input read back whole lets the host compute unseen, however short the copy
+    big = trace | {"readback_bytes": READBACK_FREE_BYTES + 1}
+    out = judge_engagement(big, profile, ghost_same=False, engagement_min=0.9)
+    assert out.verdict is Verdict.FALLBACK and "copied 1025 bytes" in out.message
+    # the CPU interpreter has no device: nothing is read back, the bytes rule decides
+    assert judge_engagement(small, None, ghost_same=False, engagement_min=0.9).verdict is None
+    # a copy the op trace cannot see (cudaMemcpy in an extension) is bounded by its time
+    slow = profile | {"own_us": 1000.0, "readback_us": READBACK_FREE_US + 150.0}
+    out = judge_engagement(trace, slow, ghost_same=False, engagement_min=0.9)
+    assert out.verdict is Verdict.FALLBACK and "device-to-host copies" in out.message
+    assert out.fallback_ratio == pytest.approx(200.0 / 1200.0)
+
+
+def test_readback_bytes_counts_device_to_host_results_only() -> None:
+    import torch
+
+    from aka.bench.guards import readback_bytes
+
+    dev = torch.empty(64, 8, dtype=torch.float16, device="meta")  # any device but the host
+    host = torch.empty(64, 8, dtype=torch.float16)
+    one = torch.empty((), dtype=torch.int32, device="meta")
+    assert readback_bytes("_to_copy", (dev,), {"device": "cpu"}, host) == 64 * 8 * 2
+    assert readback_bytes("copy_", (host, dev), {}, host) == 64 * 8 * 2
+    assert readback_bytes("_local_scalar_dense", (one,), {}, 7) == 4
+    # host to host, device to device and host to device move nothing back
+    assert readback_bytes("_to_copy", (host,), {}, host.clone()) == 0
+    assert readback_bytes("add", (dev, dev), {}, dev) == 0
+    assert readback_bytes("_to_copy", (host,), {"device": "meta"}, dev) == 0
+    assert readback_bytes("_local_scalar_dense", (host[0, 0],), {}, 1.0) == 0
