@@ -95,18 +95,28 @@ def stats(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
-    """Counts of documents and chunks per layer and kind in the built index."""
-    from aka.core.console import out_console
-    from aka.kb import latest_acceptance, open_index
+    """Counts of documents and chunks per layer and kind in the built index (and on disk)."""
+    from aka.core.console import err_console, out_console
+    from aka.kb import latest_acceptance, load_docs, load_kernels, open_index
 
     settings = settings_from(ctx)
     data = open_index(settings).stats()
     per_kind = data["documents_per_kind"]
-    summary = {
+    root = settings.paths.root
+    docs, _ = load_docs(root / "knowledge_base")
+    kernels, _ = load_kernels(root / "reference_kernels")
+    indexed = {
         "reference_kernels": per_kind.get("kernel", 0),
         "documents": sum(
             v for kind, v in per_kind.items() if kind not in ("kernel", "api", "upstream")
         ),
+    }
+    on_disk = {
+        "reference_kernels": len(kernels),
+        "documents": sum(1 for d in docs if d.meta.kind.value != "api"),
+    }
+    summary = {
+        **indexed,
         "api_symbols": per_kind.get("api", 0),
         "upstream_files": per_kind.get("upstream", 0),
         # kernels the scorer accepted on a problem (issue #7), per the newest committed
@@ -115,8 +125,18 @@ def stats(
             c.device: c.model_dump(exclude={"device"})
             for c in latest_acceptance(settings.paths.root)
         },
+        # the files the next `aka kb build` indexes: a difference means the index is stale
+        "on_disk": on_disk,
+        "index_stale": on_disk != indexed,
         **data,
     }
+    if summary["index_stale"]:
+        err_console.print(
+            f"the index differs from the files ({indexed['reference_kernels']} kernels and "
+            f"{indexed['documents']} documents indexed, {on_disk['reference_kernels']} and "
+            f"{on_disk['documents']} on disk): run `aka kb build`",
+            highlight=False,
+        )
     if as_json:
         out_console.print_json(data=summary)
         return

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kb.conftest import write_doc
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -57,6 +59,17 @@ def test_build_query_stats_lint_offline(kb_root: Path, tmp_path: Path) -> None:
     stats = json.loads(_aka(kb_root, index, "kb", "stats", "--json").stdout)
     assert stats["reference_kernels"] == 1 and stats["documents"] == 3
     assert stats["kernels_accepted"] == {}  # the tiny project has no committed results
+    assert stats["on_disk"] == {"reference_kernels": 1, "documents": 3}
+    assert stats["index_stale"] is False
+    # a document added after the build: the counts say so, and how to fix it
+    added = write_doc(
+        kb_root, "stream-k-gemm", "technique", "Stream-K GEMM", "Tail waves.", "Split the tiles."
+    )
+    stale = _aka(kb_root, index, "kb", "stats", "--json")
+    assert json.loads(stale.stdout)["on_disk"]["documents"] == 4
+    assert json.loads(stale.stdout)["index_stale"] is True
+    assert "run `aka kb build`" in stale.stderr
+    added.unlink()
 
     lint = _aka(kb_root, index, "kb", "lint")
     assert lint.returncode == 0 and "3 documents, 1 kernels, 0 problem(s)" in lint.stdout

@@ -26,7 +26,8 @@ returns:
 problem:
   shapes: [{seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [0, 40, 16], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
   dtypes: [fp32, bf16]
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 186.32, sol_fraction: 0.1715, date: '2026-12-04'}
 ---
 Decode attention (one new query token per sequence) over a paged KV cache. Two cache layouts,
 told apart by k_cache's rank in the launcher and handed to the kernel as strides plus the key

@@ -26,7 +26,8 @@ returns:
 problem:
   shapes: [{seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [0, 40, 16], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
   dtypes: [fp32, bf16]
-measured: []
+measured:
+  - {device: NVIDIA H200, shape: paged_attention_decode/0, dtype: bf16, latency_us: 101.936, sol_fraction: 0.3135, date: '2026-12-04'}
 ---
 Decode attention (one query token per sequence) over a paged cache in either of the two layouts
 paged_decode_attention_per_head takes, told apart by k_cache's rank in the launcher and passed to
