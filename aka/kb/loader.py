@@ -166,6 +166,11 @@ def _kernel_problems(meta: KernelMeta, text: str, path: Path, root: Path) -> lis
                 f"{source}: field 'tuning': {absent} are not parameters of {meta.launcher}(); "
                 "add them as keyword-only parameters"
             )
+        if meta.returns and _returns_a_mapping(text, meta.launcher):
+            problems.append(
+                f"{source}: {meta.launcher}() returns a dict; the scorer's adapter takes its "
+                "outputs by position, in the order of 'returns': return a tuple"
+            )
     for needed in ("reference", "make_inputs"):
         if needed not in facts.functions:
             problems.append(f"{source}: defines no {needed}() (STYLE R3); add it")
@@ -174,6 +179,28 @@ def _kernel_problems(meta: KernelMeta, text: str, path: Path, root: Path) -> lis
     if lines > _MAX_KERNEL_LINES:
         problems.append(f"{source}: over {_MAX_KERNEL_LINES} lines; move variants to sibling files")
     return problems
+
+
+def _returns_a_mapping(text: str, launcher: str) -> bool:
+    """Whether a ``return`` of the top-level function ``launcher`` gives a dict literal or call."""
+    for node in parse_module(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == launcher:
+            stack: list[ast.AST] = list(node.body)
+            while stack:
+                item = stack.pop()
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                    continue  # a nested function's returns are not the launcher's
+                if isinstance(item, ast.Return) and (
+                    isinstance(item.value, ast.Dict | ast.DictComp)
+                    or (
+                        isinstance(item.value, ast.Call)
+                        and isinstance(item.value.func, ast.Name)
+                        and item.value.func.id == "dict"
+                    )
+                ):
+                    return True
+                stack.extend(ast.iter_child_nodes(item))
+    return False
 
 
 def _own_problem_problems(meta: KernelMeta, text: str, path: Path) -> list[str]:

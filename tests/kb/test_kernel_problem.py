@@ -174,3 +174,18 @@ def test_lint_names_the_file_and_field_of_a_malformed_problem(
     copy.write_text(text, encoding="utf-8")
     problems = lint_problems(tmp_path / "no-docs", tmp_path)
     assert any(str(copy) in p and f"field '{wanted}" in p for p in problems), problems
+
+
+def test_lint_refuses_a_launcher_that_returns_a_dict(tmp_path: Path) -> None:
+    # the adapter takes a launcher's outputs by position: a dict gave KeyError: 0 at run time
+    relpath = "triton/activation/gelu_and_mul_tanh.py"
+    copy = tmp_path / relpath
+    copy.parent.mkdir(parents=True)
+    text = (KERNELS / relpath).read_text(encoding="utf-8")
+    copy.write_text(text, encoding="utf-8")
+    assert lint_problems(tmp_path / "no-docs", tmp_path) == []  # a helper's dict is not flagged
+    ret = "    return out.reshape(*x.shape[:-1], d)\n"
+    assert ret in text
+    copy.write_text(text.replace(ret, '    return {"out": out.reshape(*x.shape[:-1], d)}\n'))
+    problems = lint_problems(tmp_path / "no-docs", tmp_path)
+    assert len(problems) == 1 and "gelu_and_mul_tanh() returns a dict" in problems[0], problems
