@@ -35,6 +35,13 @@ MLA = [
      "rope_dim": 16},
     {"batch": 1, "num_heads": 16, "seq_len": 16, "kv_lora_rank": 48, "rope_dim": 24},
 ]  # fmt: skip
+MLA_SPLIT = [  # atrex30's packed cache (sum(seq_lens), 1, R + P) unless "padded"
+    {"seq_lens": [37, 5, 20], "num_heads": 4, "kv_lora_rank": 64, "rope_dim": 16},
+    {"seq_lens": [0, 17, 40], "num_heads": 20, "kv_lora_rank": 64, "rope_dim": 16},  # ragged
+    # batch 1: 2 chunks of 16 tokens for 4 splits; a non-power-of-two rank, rope under 16
+    {"seq_lens": [20], "num_heads": 16, "kv_lora_rank": 40, "rope_dim": 8},
+    *[dict(s, layout="padded") for s in MLA],
+]  # fmt: skip
 VARLEN = [
     {"seq_lens": [1, 17, 33], "num_heads": 4, "head_dim": 32},
     {"seq_lens": [5, 40, 20], "num_heads": 4, "num_heads_kv": 2, "head_dim": 40},
@@ -59,7 +66,7 @@ KERNEL_CASES = {
     "paged_decode_attention_per_head": (DECODE_PAGED, {"pages_per_step": 1}),
     "paged_decode_attention_split_kv": (DECODE_PAGED, {"partition_size": 16}),
     "mla_decode_attention_absorbed": (MLA, {"block_n": 16}),
-    "mla_decode_attention_split": (MLA, {"num_kv_splits": 4, "block_n": 16}),
+    "mla_decode_attention_split": (MLA_SPLIT, {"num_kv_splits": 4, "block_n": 16}),
     "flash_attention_varlen_fwd": (VARLEN, {"block_m": 16, "block_n": 16}),
     "flash_attention_varlen_causal_skip": (
         [dict(s, causal=c) for s in VARLEN for c in (True, False)],
@@ -168,6 +175,48 @@ def test_paged_decode_vllm_and_flat_layouts_agree(load_kernel, kernel_id):
     out_flat = getattr(mod, kernel_id)(**flat)
     torch.testing.assert_close(getattr(mod, kernel_id)(**vllm), out_flat, atol=0, rtol=0)
     _check(out_flat, mod.reference(**vllm), torch.bfloat16)
+
+
+def test_mla_split_packed_and_padded_layouts_agree(load_kernel):
+    # the same values both ways: packed rows [c_kv | k_pe] back to back, and a padded (B, T, R)
+    # latent cache with k_pe (B, T, P) apart, random rows past each length
+    mod = load_kernel(_path("mla_decode_attention_split"))
+    fn, tuning = mod.mla_decode_attention_split, {"num_kv_splits": 4, "block_n": 16}
+    packed = mod.make_inputs(MLA_SPLIT[1], torch.bfloat16)
+    q, kv, lens, r = packed["q"], packed["kv_cache"], packed["seq_lens"], packed["kv_lora_rank"]
+    full = torch.randn(3, 45, kv.shape[2]).to(torch.bfloat16)
+    full[1, :17], full[2, :40] = kv[:17, 0], kv[17:, 0]
+    padded = {"q": q[..., :r], "kv_cache": full[..., :r], "seq_lens": lens, "q_pe": q[..., r:],
+              "k_pe": full[..., r:]}  # fmt: skip
+    padded = {k: v.contiguous() for k, v in padded.items()}
+    out = fn(**packed, **tuning)
+    torch.testing.assert_close(fn(**padded, **tuning), out, atol=0, rtol=0)
+    _check(out, mod.reference(**padded), torch.bfloat16)
+    # padded without seq_lens: every entry uses all T rows
+    whole = fn(**dict(padded, seq_lens=torch.full((3,), 45, dtype=torch.int32)), **tuning)
+    torch.testing.assert_close(fn(**dict(padded, seq_lens=None), **tuning), whole, atol=0, rtol=0)
+
+
+def test_mla_split_check_inputs_and_clipped_lengths(load_kernel):
+    mod = load_kernel(_path("mla_decode_attention_split"))
+    inputs = mod.make_inputs(MLA_SPLIT[0], torch.float32)
+    mod.check_inputs(inputs["kv_cache"], inputs["seq_lens"])
+    too_long = torch.tensor([37, 5, 23], dtype=torch.int32)
+    with pytest.raises(ValueError, match="sum"):
+        mod.check_inputs(inputs["kv_cache"], too_long)
+    with pytest.raises(ValueError, match="negative"):
+        mod.check_inputs(inputs["kv_cache"], torch.tensor([37, -1, 20], dtype=torch.int32))
+    # the kernels clip the last sequence to the cache's rows instead of reading past them
+    out = mod.mla_decode_attention_split(**dict(inputs, seq_lens=too_long), block_n=16)
+    _check(out, mod.reference(**inputs), torch.float32)
+    padded = mod.make_inputs(MLA_SPLIT[4], torch.float32)
+    mod.check_inputs(padded["kv_cache"], padded["seq_lens"], padded=True)
+    with pytest.raises(ValueError, match="longest"):
+        mod.check_inputs(padded["kv_cache"], padded["seq_lens"] + 1, padded=True)
+    with pytest.raises(ValueError, match="seq_lens"):  # the packed layout cannot go without
+        mod.mla_decode_attention_split(**dict(inputs, seq_lens=None))
+    with pytest.raises(ValueError, match="q_pe and k_pe"):
+        mod.mla_decode_attention_split(**dict(padded, k_pe=None))
 
 
 @pytest.mark.parametrize("kernel_id", list(KERNEL_CASES))
