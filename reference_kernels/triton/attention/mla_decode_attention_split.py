@@ -23,6 +23,8 @@ args:
   seq_lens: {shape: [B], dtypes: [int32], aliases: [cache_seqlens, context_lens]}
   kv_lora_rank: {type: int, default: 512, aliases: [rank]}
   softmax_scale: {type: float, default: null, aliases: [scale, sm_scale, attn_scale]}
+  q_pe: {shape: ['?', '?', '?'], like: q, optional: true}
+  k_pe: {shape: ['?', '?', '?'], like: q, optional: true}
 returns:
   - {name: out, shape: [B, H, kv_lora_rank], dtype: q}
 problem:
