@@ -13,9 +13,15 @@ an honest call adds to the empty kernel's gap:
 - ``rms_norm_alloc_only``: the same launch with its output preallocated (is it the allocation?);
 - ``torch_add``: one library kernel, ``torch.add`` into a new tensor;
 - ``two_launches``: the row kernel launched twice back to back;
-- ``side_stream``: the row kernel on a side stream that the stream never waits for (the cheat).
+- ``side_stream``: the row kernel on a side stream that the stream never waits for (the cheat);
+- ``host_N_between``: the row kernel, N us of host work (a Python busy loop), the row kernel
+  again: an honest candidate whose launcher does host work between its launches;
+- ``mla_split``: ``mla_decode_attention_split`` on atrex30's mla shape 0 (two launches, three
+  allocations; 2026-12-04 the scorer gave it ``timing_mismatch`` on the H200), rotating three
+  input sets placed as the scorer's worker places them.
 
-Each at host lead 0, 50 and 200 us; every cell twice, in two passes (the machine is shared).
+Each at host lead 0, 50 and 200 us (``--leads``); every cell twice, in two passes (the machine is
+shared). ``--calls`` picks calls by name.
 Prints per call the stream median, the q20 and median gap, and the gap minus the empty kernel's in
 the same pass; writes JSON with every raw sample.
 
@@ -26,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 
 def _calls(torch: Any) -> dict[str, Any]:
+    from aka.bench.paired import place
     from aka.bench.problem_runtime import load_module
     from aka.hardware import empty_kernel_fn
 
@@ -57,6 +66,25 @@ def _calls(torch: Any) -> dict[str, Any]:
         with torch.cuda.stream(side):
             row(x, w)
 
+    def between(us: float) -> Any:
+        def call(i: int) -> None:
+            row(x, w)
+            until = time.perf_counter() + us * 1e-6
+            while time.perf_counter() < until:
+                pass
+            row(x, w)
+
+        return call
+
+    split = load_module(
+        "_gap_mla", REPO / "reference_kernels/triton/attention/mla_decode_attention_split.py"
+    )
+    rng = random.Random(0)
+    mla = {"seq_lens": [128] * 4, "num_heads": 128, "kv_lora_rank": 512, "rope_dim": 64}
+    sets = [
+        {k: place(v, rng) for k, v in split.make_inputs(mla, torch.bfloat16, "cuda").items()}
+        for _ in range(3)
+    ]
     return {
         "empty": lambda i: empty(i),
         "rms_norm_row": lambda i: row(x, w),
@@ -65,6 +93,8 @@ def _calls(torch: Any) -> dict[str, Any]:
         "torch_add": lambda i: torch.add(x, 1),
         "two_launches": lambda i: (row(x, w), row(x, w)),
         "side_stream": side_stream,
+        **{f"host_{us}_between": between(us) for us in (20, 80, 150)},
+        "mla_split": lambda i: split.mla_decode_attention_split(**sets[i % 3]),
     }
 
 
@@ -73,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--leads", default="0,50,200", help="Host leads (us), comma-separated.")
+    parser.add_argument("--calls", default="", help="Calls by name, comma-separated (all).")
     args = parser.parse_args(argv)
 
     import torch
@@ -84,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     props = torch.cuda.get_device_properties(0)
     flush_l2 = make_l2_flusher(int(props.L2_cache_size), 2.0, mode="read")
     calls = _calls(torch)
+    wanted = [c for c in args.calls.split(",") if c]
+    if set(wanted) - set(calls):
+        parser.error(f"unknown calls {sorted(set(wanted) - set(calls))}; known: {sorted(calls)}")
+    calls = {k: v for k, v in calls.items() if not wanted or k in wanted or k == "empty"}
     rows: list[dict[str, Any]] = []
     for rep in range(2):
-        for lead_us in (0.0, 50.0, 200.0):
+        for lead_us in [float(v) for v in args.leads.split(",")]:
             cycles = int(lead_us * props.clock_rate / 1e3)
 
             def flush(c: int = cycles) -> None:

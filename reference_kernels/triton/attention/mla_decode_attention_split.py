@@ -51,7 +51,8 @@ grows with splits x heads x rank (32 x 128 x 512 x 4 B = 8 MiB per batch entry a
 setting); the default split count reads no seq_lens values, only shapes (two waves of programs,
 capped at the cache's rows / 32 rounded up to a power of two), so in a ragged batch the short
 entries' surplus splits are launched and exit at once; lengths past the cache's rows (or
-negative) are clipped in-kernel and check_inputs raises for them; fp32 inputs use TF32 on the GPU.
+negative) are clipped in-kernel and check_inputs raises for them; fp32 inputs take exact fp32 dots
+(no TF32: its 10-bit mantissa misses fp32 tolerances), far slower than bf16 on tensor cores.
 """
 
 import os
@@ -63,9 +64,9 @@ import triton.language as tl
 
 @triton.jit
 def _mma(a, b, acc, UPCAST: tl.constexpr):
-    """Return acc + a @ b with an fp32 accumulator (exact fp32 operands under the interpreter)."""
+    """Return acc + a @ b with an fp32 accumulator (exact fp32 operands for UPCAST)."""
     if UPCAST:
-        # CPU interpreter: its bf16 tl.dot is wrong, so multiply exact fp32 copies
+        # CPU interpreter (its bf16 tl.dot is wrong) or fp32 inputs: exact fp32 products
         acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     else:
         acc = tl.dot(a.to(b.dtype), b, acc)  # GPU: tensor cores on the storage dtype
@@ -223,30 +224,36 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _shapes(named: dict) -> str:
+    """Return the given tensors' shapes for an error message (built only when raising)."""
+    return ", ".join(f"{k} {tuple(t.shape)}" for k, t in named.items() if t is not None)
+
+
 def _validate(q, kv_cache, seq_lens, kv_lora_rank, q_pe, k_pe) -> None:
     """Raise ValueError naming the shapes when the inputs do not fit either layout."""
     named = {"q": q, "kv_cache": kv_cache, "seq_lens": seq_lens, "q_pe": q_pe, "k_pe": k_pe}
-    shapes = ", ".join(f"{k} {tuple(t.shape)}" for k, t in named.items() if t is not None)
     tensors = [t for k, t in named.items() if t is not None and k != "seq_lens"]
     if any(t.dim() != 3 for t in tensors):
-        raise ValueError(f"need 3-D q, kv_cache (and q_pe, k_pe); got {shapes}")
+        raise ValueError(f"need 3-D q, kv_cache (and q_pe, k_pe); got {_shapes(named)}")
     b, h, dq = q.shape
     if (q_pe is None) != (k_pe is None):
-        raise ValueError(f"the padded layout needs both q_pe and k_pe; got {shapes}")
+        raise ValueError(f"the padded layout needs both q_pe and k_pe; got {_shapes(named)}")
     if k_pe is None:  # packed: (B, H, DK) and (sum(seq_lens), 1, DK)
         if kv_cache.shape[1] != 1 or kv_cache.shape[2] != dq or not 0 < kv_lora_rank < dq:
             raise ValueError(f"need q (B, H, DK), kv_cache (rows, 1, DK) and 0 < kv_lora_rank"
-                             f" ({kv_lora_rank}) < DK; got {shapes}")  # fmt: skip
+                             f" ({kv_lora_rank}) < DK; got {_shapes(named)}")  # fmt: skip
         if seq_lens is None:
             raise ValueError("the packed layout needs seq_lens (each sequence's rows)")
     elif q_pe.shape[:2] != (b, h) or kv_cache.shape[0] != b or kv_cache.shape[2] != dq:
-        raise ValueError(f"need q (B, H, R), q_pe (B, H, P), kv_cache (B, T, R); got {shapes}")
+        raise ValueError(
+            f"need q (B, H, R), q_pe (B, H, P), kv_cache (B, T, R); got {_shapes(named)}"
+        )
     elif k_pe.shape[:2] != kv_cache.shape[:2] or k_pe.shape[2] != q_pe.shape[2]:
-        raise ValueError(f"need k_pe (B, T, P) beside kv_cache (B, T, R); got {shapes}")
+        raise ValueError(f"need k_pe (B, T, P) beside kv_cache (B, T, R); got {_shapes(named)}")
     if seq_lens is not None and (seq_lens.shape != (b,) or seq_lens.dtype != torch.int32):
-        raise ValueError(f"seq_lens must be int32 ({b},); got {seq_lens.dtype} {shapes}")
+        raise ValueError(f"seq_lens must be int32 ({b},); got {seq_lens.dtype} {_shapes(named)}")
     if len({t.dtype for t in tensors}) != 1:
-        raise ValueError(f"q, kv_cache (q_pe, k_pe) need one dtype; got {shapes}")
+        raise ValueError(f"q, kv_cache (q_pe, k_pe) need one dtype; got {_shapes(named)}")
     if any(t.stride(2) != 1 for t in tensors):
         raise ValueError("every tensor needs a contiguous last axis")
 
@@ -312,15 +319,17 @@ def mla_decode_attention_split(
               "PACKED": packed}  # fmt: skip
     lens = seq_lens if seq_lens is not None else q  # never read without HAS_LENS
     # fp32 workspace; slots of empty splits stay unwritten and unread
-    m_part = torch.empty((b, h, splits), dtype=torch.float32, device=q.device)
-    l_part = torch.empty_like(m_part)
-    acc_part = torch.empty((b, h, splits, r), dtype=torch.float32, device=q.device)
+    # one allocation (host time): accumulators first, so their base keeps its alignment
+    work = torch.empty(b * h * splits * (r + 2), dtype=torch.float32, device=q.device)
+    acc_part = work[: b * h * splits * r].view(b, h, splits, r)
+    m_part, l_part = work[b * h * splits * r :].view(2, b, h, splits).unbind(0)
     _attention_mla_split_partial_kernel[(b, triton.cdiv(h, bh), splits)](
         q, q_pe, kv_cache, k_pe, m_part, l_part, acc_part, lens,
         h, r, p, r if packed else 0, rows, scale * 1.4426950408889634,
         q.stride(0), q.stride(1), q_pe.stride(0), q_pe.stride(1), *c_strides, *k_strides,
         NUM_SPLITS=splits, BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=block_r,
-        BLOCK_P=max(16, triton.next_power_of_2(p)), UPCAST=_interpreting(), **layout,
+        BLOCK_P=max(16, triton.next_power_of_2(p)),
+        UPCAST=_interpreting() or q.dtype == torch.float32, **layout,
         num_warps=num_warps or cfg["num_warps"], num_stages=2,
     )  # fmt: skip
     _attention_mla_split_merge_kernel[(b, h)](
