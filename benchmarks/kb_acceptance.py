@@ -444,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                        "shapes": [], "tuning": tuning, "measured": []}  # fmt: skip
             else:
                 dtype = next((a.dtype for a in signatures[key].forward_args if a.dtype), "fp32")
-                entries = measured_entries(result, dtype)
+                per_shape = {s.id: str(s.input_kwargs["dtype"]) for s in problem.shapes
+                             if isinstance(s.input_kwargs.get("dtype"), str)}  # fmt: skip
+                entries = measured_entries(result, dtype, dtypes=per_shape)
                 row = _row(k.meta.id, where, problem.name, result) | {
                     "tuning": tuning,
                     "measured": entries,

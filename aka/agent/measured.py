@@ -43,7 +43,11 @@ def candidate_problems(meta: KernelMeta, problems: Iterable[ProblemSpec]) -> lis
 
 
 def measured_entries(
-    result: EvalResult, dtype: str, *, date: str | None = None
+    result: EvalResult,
+    dtype: str,
+    *,
+    date: str | None = None,
+    dtypes: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One ``measured:`` entry per accepted shape the scorer timed (none for a CPU result).
 
@@ -53,13 +57,15 @@ def measured_entries(
         result: The scorer's result for the adapted kernel on one problem.
         dtype: The problem's main input dtype (``bf16``...), recorded with each entry.
         date: ``YYYY-MM-DD``; default: the result's creation date.
+        dtypes: Per shape id, a dtype that overrides ``dtype`` (a problem whose shapes run at
+            several dtypes, such as a kernel's own problem).
     """
     if not result.accepted or not result.performance_measured:
         return []
     return shape_entries(
         result,
         device=result.manifest.device or "unknown GPU",
-        dtype_of=lambda _: dtype,
+        dtype_of=lambda sid: (dtypes or {}).get(sid, dtype),
         shape_name=lambda sid: f"{result.manifest.problem_name}/{sid}",
         date=date,
     )

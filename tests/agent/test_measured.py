@@ -56,6 +56,9 @@ def test_entries_come_from_accepted_timed_shapes_only() -> None:
     # nothing measured on the CPU, and nothing for a rejected candidate
     assert measured_entries(_result(mode="cpu_interpreter"), "bf16") == []
     assert measured_entries(_result(verdict=Verdict.WRONG_OUTPUT), "bf16") == []
+    # a problem whose shapes run at several dtypes names each shape's own
+    mixed = measured_entries(_result(), "bf16", dtypes={"48": "fp32"})
+    assert [e["dtype"] for e in mixed] == ["bf16", "fp32", "bf16"]
 
 
 def test_write_measured_changes_only_the_block_and_replaces_same_device_and_shape(
