@@ -224,36 +224,30 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _shapes(named: dict) -> str:
-    """Return the given tensors' shapes for an error message (built only when raising)."""
-    return ", ".join(f"{k} {tuple(t.shape)}" for k, t in named.items() if t is not None)
-
-
 def _validate(q, kv_cache, seq_lens, kv_lora_rank, q_pe, k_pe) -> None:
     """Raise ValueError naming the shapes when the inputs do not fit either layout."""
     named = {"q": q, "kv_cache": kv_cache, "seq_lens": seq_lens, "q_pe": q_pe, "k_pe": k_pe}
+    shapes = ", ".join(f"{k} {tuple(t.shape)}" for k, t in named.items() if t is not None)
     tensors = [t for k, t in named.items() if t is not None and k != "seq_lens"]
     if any(t.dim() != 3 for t in tensors):
-        raise ValueError(f"need 3-D q, kv_cache (and q_pe, k_pe); got {_shapes(named)}")
+        raise ValueError(f"need 3-D q, kv_cache (and q_pe, k_pe); got {shapes}")
     b, h, dq = q.shape
     if (q_pe is None) != (k_pe is None):
-        raise ValueError(f"the padded layout needs both q_pe and k_pe; got {_shapes(named)}")
+        raise ValueError(f"the padded layout needs both q_pe and k_pe; got {shapes}")
     if k_pe is None:  # packed: (B, H, DK) and (sum(seq_lens), 1, DK)
         if kv_cache.shape[1] != 1 or kv_cache.shape[2] != dq or not 0 < kv_lora_rank < dq:
             raise ValueError(f"need q (B, H, DK), kv_cache (rows, 1, DK) and 0 < kv_lora_rank"
-                             f" ({kv_lora_rank}) < DK; got {_shapes(named)}")  # fmt: skip
+                             f" ({kv_lora_rank}) < DK; got {shapes}")  # fmt: skip
         if seq_lens is None:
             raise ValueError("the packed layout needs seq_lens (each sequence's rows)")
     elif q_pe.shape[:2] != (b, h) or kv_cache.shape[0] != b or kv_cache.shape[2] != dq:
-        raise ValueError(
-            f"need q (B, H, R), q_pe (B, H, P), kv_cache (B, T, R); got {_shapes(named)}"
-        )
+        raise ValueError(f"need q (B, H, R), q_pe (B, H, P), kv_cache (B, T, R); got {shapes}")
     elif k_pe.shape[:2] != kv_cache.shape[:2] or k_pe.shape[2] != q_pe.shape[2]:
-        raise ValueError(f"need k_pe (B, T, P) beside kv_cache (B, T, R); got {_shapes(named)}")
+        raise ValueError(f"need k_pe (B, T, P) beside kv_cache (B, T, R); got {shapes}")
     if seq_lens is not None and (seq_lens.shape != (b,) or seq_lens.dtype != torch.int32):
-        raise ValueError(f"seq_lens must be int32 ({b},); got {seq_lens.dtype} {_shapes(named)}")
+        raise ValueError(f"seq_lens must be int32 ({b},); got {seq_lens.dtype} {shapes}")
     if len({t.dtype for t in tensors}) != 1:
-        raise ValueError(f"q, kv_cache (q_pe, k_pe) need one dtype; got {_shapes(named)}")
+        raise ValueError(f"q, kv_cache (q_pe, k_pe) need one dtype; got {shapes}")
     if any(t.stride(2) != 1 for t in tensors):
         raise ValueError("every tensor needs a contiguous last axis")
 
