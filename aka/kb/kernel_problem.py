@@ -305,6 +305,8 @@ def _make_inputs(device="cpu", dtype=None, **shape):
         } | {"reason": f"the tolerance {meta.id}'s own tests use (header field problem:)"}
     if meta.problem.in_place:
         doc["in_place"] = list(meta.problem.in_place)
+    if meta.problem.allow_tf32:
+        doc["dtype_policy"] = {"allow_tf32": True}
     return yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
 
 

@@ -292,6 +292,12 @@ class KernelProblem(_Strict):
         default_factory=list,
         description="reference() parameters it updates in place (compared after the call).",
     )
+    allow_tf32: bool = Field(
+        default=False,
+        description="The kernel's fp32 path multiplies with tl.dot on TF32 tensor cores on the "
+        "GPU (Triton's default; the interpreter multiplies exactly): the problem allows tf32, "
+        "so fp32 outputs are judged with tf32's tolerance and those FLOPs priced at its rate.",
+    )
 
     @field_validator("shapes")
     @classmethod

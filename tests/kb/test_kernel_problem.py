@@ -118,6 +118,19 @@ def test_a_launcher_that_falls_back_to_torch_is_rejected_on_its_own_problem(
     assert "torch" in message
 
 
+def test_a_kernel_whose_fp32_path_runs_on_tf32_gets_a_problem_that_allows_it() -> None:
+    # gemm_tiled's fp32 tl.dot takes TF32 on the GPU: its own problem says so, so the scorer
+    # judges fp32 outputs with tf32's tolerance (the exact-fp32 one failed such kernels there)
+    tf32 = _kernel("triton/gemm/gemm_tiled.py")
+    assert tf32.meta.problem is not None and tf32.meta.problem.allow_tf32
+    assert "allow_tf32: true" in kernel_problem_yaml(tf32.path, tf32.meta, tf32.text)
+    assert kernel_problem(tf32.path, tf32.meta, tf32.text).dtype_policy.allow_tf32
+    # a kernel without the field keeps fp32's own tolerance
+    exact = _kernel("triton/gemm/gemm_fp32_tf32_precision_switch.py")
+    assert "dtype_policy" not in kernel_problem_yaml(exact.path, exact.meta, exact.text)
+    assert not kernel_problem(exact.path, exact.meta, exact.text).dtype_policy.allow_tf32
+
+
 def test_the_generated_reference_is_the_files_reference_without_the_kernel() -> None:
     kernel = _kernel("triton/activation/gelu_and_mul_tanh.py")
     text = kernel_problem_yaml(kernel.path, kernel.meta, kernel.text)

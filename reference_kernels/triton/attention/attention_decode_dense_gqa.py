@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{batch: 3, seq_len: 33, seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {batch: 2, seq_len: 40, seq_lens: [0, 40], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 Decode attention (one query token per batch entry) over a dense, unpaged KV cache k, v of shape

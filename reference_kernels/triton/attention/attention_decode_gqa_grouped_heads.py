@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 2, heads: 8, kv_heads: 2, capacity: 80, d: 32, seq_lens: [80, 37]}, {batch: 3, heads: 3, kv_heads: 1, capacity: 40, d: 40, seq_lens: [0, 1, 40]}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 Decode attention (one query token per batch entry) over a dense head-major KV cache (B, HKV, T,

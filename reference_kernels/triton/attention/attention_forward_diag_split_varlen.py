@@ -30,6 +30,7 @@ returns:
 problem:
   shapes: [{seq_lens: [7, 33, 20], num_heads_q: 2, head_dim: 24}, {seq_lens: [7, 33], k_lens: [20, 33], causal: true, num_heads_q: 4, num_heads_kv: 2, head_dim: 24}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured:

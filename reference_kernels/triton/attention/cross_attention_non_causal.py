@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 2, len_q: 20, len_k: 70, kv_lens: [70, 0], num_heads_q: 2, num_heads_kv: 1, head_dim: 24}, {batch: 1, len_q: 3, len_k: 17, num_heads_q: 2, num_heads_kv: 2, head_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 2, heads: 4, kv_heads: 2, sq: 24, sk: 40, d: 32}, {batch: 1, heads: 2, kv_heads: 2, sq: 33, sk: 33, d: 40}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 Causal attention forward for the dense, padded (batch, heads, seq, head_dim) layout of

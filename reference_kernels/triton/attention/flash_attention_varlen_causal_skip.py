@@ -34,6 +34,7 @@ problem:
     # own key lengths: more keys than queries (cached prefix), fewer (rows that see no key), none
     - {seq_lens: [1, 17, 33, 5], kv_lens: [9, 40, 20, 0], num_heads: 2, head_dim: 64, causal: true}
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: attention_forward/0, dtype: bf16, latency_us: 55.696, sol_fraction: 0.0547, date: '2026-12-04'}
 ---

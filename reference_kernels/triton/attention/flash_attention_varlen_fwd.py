@@ -31,6 +31,7 @@ problem:
     - {seq_lens: [5, 40, 20], num_heads: 4, num_heads_kv: 2, head_dim: 40}
     - {seq_lens: [1, 17, 33], kv_lens: [9, 0, 40], num_heads: 2, head_dim: 64}  # own key lengths
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: attention_forward/0, dtype: bf16, latency_us: 65.952, sol_fraction: 0.0462, date: '2026-12-04'}
 ---

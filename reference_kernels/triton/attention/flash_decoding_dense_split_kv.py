@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 3, seq_len: 24, seq_lens: [24, 0, 9], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {batch: 1, seq_len: 33, num_heads_q: 2, num_heads_kv: 2, head_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{batch: 2, num_heads: 4, seq_len: 37, kv_lora_rank: 64, rope_dim: 16}, {batch: 3, num_heads: 20, seq_len: 40, seq_lens: [0, 17, 40], kv_lora_rank: 64, rope_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 Multi-head latent attention (DeepSeek-V2/V3) for decode, after the up-projections have been

@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{seq_lens: [37, 5, 20], num_heads: 5, kv_lora_rank: 48, rope_dim: 16}, {seq_lens: [3], num_heads: 20, kv_lora_rank: 40, rope_dim: 8}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: mla_decode_attention/0, dtype: bf16, latency_us: 19.216, sol_fraction: 0.1532, date: '2026-12-03'}
 ---

@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{num_seqs: 3, seq_lens: [37, 16, 5], num_heads_q: 6, num_heads_kv: 2, head_dim: 64, page: 16}, {num_seqs: 2, seq_lens: [40, 0], num_heads_q: 2, num_heads_kv: 2, head_dim: 40, page: 32}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -26,6 +26,7 @@ returns:
 problem:
   shapes: [{seq_lens: [37, 5, 16], num_heads_q: 6, num_heads_kv: 2, head_dim: 64}, {seq_lens: [20], num_heads_q: 3, num_heads_kv: 3, head_dim: 32, page_size: 8}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured:

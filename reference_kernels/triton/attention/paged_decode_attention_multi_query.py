@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{seq_lens: [37, 4], num_queries: 4, num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [20], num_queries: 1, num_heads_q: 2, num_heads_kv: 2, head_dim: 16, page: 32}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -26,6 +26,7 @@ returns:
 problem:
   shapes: [{batch: 1, heads: 2, seq_len: 45, head_dim: 40}, {batch: 2, heads: 4, seq_len: 16, head_dim: 64}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -32,6 +32,7 @@ returns:
 problem:
   shapes: [{new_lens: [5, 20], prefix_lens: [37, 0], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {new_lens: [17], prefix_lens: [16], num_heads_q: 3, num_heads_kv: 1, head_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

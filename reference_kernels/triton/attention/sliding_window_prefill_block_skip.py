@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 1, num_heads_q: 2, num_heads_kv: 1, seq_len: 70, head_dim: 24, window: 20}, {batch: 2, num_heads_q: 1, num_heads_kv: 1, seq_len: 20, head_dim: 16, window: 1}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

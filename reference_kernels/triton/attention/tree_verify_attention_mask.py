@@ -26,6 +26,7 @@ returns:
 problem:
   shapes: [{batch: 2, drafts: 7, prefix: [37, 0], num_heads_q: 4, num_heads_kv: 2, head_dim: 40}, {batch: 1, drafts: 64, prefix: 5, num_heads_q: 1, num_heads_kv: 1, head_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

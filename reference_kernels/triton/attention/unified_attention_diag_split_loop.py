@@ -30,6 +30,7 @@ returns:
 problem:
   shapes: [{seq_lens: [5, 40], context_lens: [3, 9], num_heads_q: 4, num_heads_kv: 2, head_dim: 24}, {seq_lens: [1, 17], num_heads_q: 3, num_heads_kv: 1, head_dim: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured:

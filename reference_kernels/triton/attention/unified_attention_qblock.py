@@ -30,6 +30,7 @@ returns:
 problem:
   shapes: [{seq_lens: [1, 17, 33], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [5, 17, 20], context_lens: [0, 30, 3], num_heads_q: 6, num_heads_kv: 2, head_dim: 40}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 824.352, sol_fraction: 0.0535, date: '2026-12-03'}
   - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 3190.896, sol_fraction: 0.0596, date: '2026-12-03'}

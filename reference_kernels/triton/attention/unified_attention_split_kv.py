@@ -31,6 +31,7 @@ returns:
 problem:
   shapes: [{seq_lens: [1, 1, 1], context_lens: [40, 7, 0], num_heads_q: 4, num_heads_kv: 2, head_dim: 32}, {seq_lens: [5, 19], num_heads_q: 3, num_heads_kv: 1, head_dim: 24}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: unified_attention/0, dtype: bf16, latency_us: 7540.5121, sol_fraction: 0.0058, date: '2026-12-03'}
   - {device: NVIDIA H200, shape: unified_attention/24, dtype: bf16, latency_us: 2133.28, sol_fraction: 0.0891, date: '2026-12-03'}

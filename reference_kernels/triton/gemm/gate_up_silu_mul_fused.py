@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 100}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The first half of a SwiGLU MLP in one kernel: out = SiLU(A @ Wg^T) * (A @ Wu^T), where the weight

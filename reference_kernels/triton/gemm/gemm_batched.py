@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 3, m: 33, n: 40, k: 72}, {batch: 1, m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 torch.bmm semantics: C[b] = A[b] @ B[b] for A (BATCH, M, K) and B (BATCH, K, N). The grid is 2D:

@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{m: 7, n: 40, k: 80, bias: true}, {m: 33, n: 20, k: 48}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 torch.nn.Linear's layout, "TN": y (M, N) = x (M, K) @ W^T + bias with x and W both stored

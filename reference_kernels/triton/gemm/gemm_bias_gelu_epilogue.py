@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The first linear of a GELU MLP (GPT-2, Gemma, ViT): C = gelu_tanh(A @ B^T + bias) with B in the

@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{m: 5, n: 40, k: 200}, {m: 1, n: 17, k: 64}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 W8A16 with fp8 weights: y = (x @ dequant(w)^T) where dequant(w)[n, k] = w[n, k] * w_scale[n], x

@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 48, k: 96}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) on a 1D grid whose program ids are remapped so that

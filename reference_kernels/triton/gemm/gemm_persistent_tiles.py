@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{m: 130, n: 130, k: 40}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 C = A @ B^T (B in the (N, K) weight layout) on a persistent grid: min(tiles, programs_per_sm * SMs)

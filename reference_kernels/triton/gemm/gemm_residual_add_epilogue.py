@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The output projection of a transformer block with its skip connection: C = A @ B^T + residual,

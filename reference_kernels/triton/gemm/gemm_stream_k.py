@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 48, k: 200}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 C = A @ B^T where the unit of work is one BLOCK_K step of one output tile ("iteration"); the

@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{m: 1, n: 70, k: 96}, {m: 13, n: 32, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 C = A @ B^T for decode-sized M (1 to 16 rows). A tensor-core MMA has a 16- or 64-row M side and an

@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 40, k: 72}, {m: 1, n: 16, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 C = A @ B^T with every tile moved by a tensor descriptor built inside the kernel with

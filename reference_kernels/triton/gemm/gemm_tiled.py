@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{m: 33, n: 48, k: 96}, {m: 1, n: 17, k: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The textbook tiled GEMM for C = A @ B^T with B in the (N, K) weight layout of a linear layer:

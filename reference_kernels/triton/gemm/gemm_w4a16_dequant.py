@@ -28,6 +28,7 @@ returns:
 problem:
   shapes: [{m: 5, n: 40, k: 256, group_size: 64}, {m: 1, n: 17, k: 96, group_size: 32}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 Weight-only int4 (GPTQ/AWQ-style symmetric, no zero tensor): y = x @ W^T with W[n, k] =

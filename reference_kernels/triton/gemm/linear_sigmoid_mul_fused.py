@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{token_count: 7, hidden_size: 96, out_features: 200}, {token_count: 1, hidden_size: 160, out_features: 72}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The atrex30 operator linear_sigmoid_mul: out = sigmoid(x W^T + b) * m with x (T, H), W (N, H) in

@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{token_count: 1, hidden_size: 160, out_features: 72}, {token_count: 7, hidden_size: 96, out_features: 200}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 atrex30's linear_sigmoid_mul (out = sigmoid(x W^T + b) * m, fp32 math, one rounding to bf16) for

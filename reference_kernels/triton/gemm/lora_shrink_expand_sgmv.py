@@ -31,6 +31,7 @@ returns:
 problem:
   shapes: [{seg_lens: [5, 20, 3], adapter_ids: [1, 0, -1], hi: 64, ho: 48, rank: 8, loras: 2}, {seg_lens: [1, 1, 1, 1], adapter_ids: [0, 2, 2, 1], hi: 40, ho: 100, rank: 16, loras: 3}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   in_place: [y]
 measured: []
 ---

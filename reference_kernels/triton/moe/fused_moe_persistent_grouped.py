@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{tokens: 5, hidden: 64, inter: 32, experts: 4, top_k: 2}, {tokens: 19, hidden: 80, inter: 24, experts: 3, top_k: 2}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 305.792, sol_fraction: 0.1565, date: '2026-12-03'}
 ---

@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{tokens: 5, hidden: 64, inter: 32, experts: 4, top_k: 2}, {tokens: 1, hidden: 48, inter: 40, experts: 8, top_k: 3}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.01
   rtol: 0.01
 measured: []
@@ -315,8 +316,7 @@ def fused_moe_sorted_grouped(
     )
     if hidden.dim() != 2 or w1.dim() != 3 or w2.dim() != 3 or topk_ids.dim() != 2:
         raise ValueError(f"need hidden (T, H), w1 (E, 2I, H), w2 (E, H, I), topk (T, k); {shapes}")
-    t, h = hidden.shape
-    e, two_i, _ = w1.shape
+    (t, h), (e, two_i, _) = hidden.shape, w1.shape
     i = two_i // 2
     if w1.shape != (e, 2 * i, h) or w2.shape != (e, h, i) or topk_ids.shape != topk_weights.shape:
         raise ValueError(f"need hidden (T, H), w1 (E, 2I, H), w2 (E, H, I), topk (T, k); {shapes}")

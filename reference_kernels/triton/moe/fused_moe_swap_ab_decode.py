@@ -29,6 +29,7 @@ returns:
 problem:
   shapes: [{tokens: 3, hidden: 40, inter: 100, experts: 4, top_k: 2}, {tokens: 9, hidden: 72, inter: 20, experts: 3, top_k: 3}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured:
   - {device: NVIDIA H200, shape: fused_moe/0, dtype: bf16, latency_us: 790.624, sol_fraction: 0.0605, date: '2026-12-03'}
 ---

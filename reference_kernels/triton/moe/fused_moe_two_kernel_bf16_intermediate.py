@@ -30,6 +30,7 @@ returns:
 problem:
   shapes: [{tokens: 3, hidden: 40, inter: 100, experts: 4, top_k: 2}, {tokens: 9, hidden: 72, inter: 20, experts: 3, top_k: 3}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.0001
   rtol: 0.01
 measured:

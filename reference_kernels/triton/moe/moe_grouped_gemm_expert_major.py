@@ -31,6 +31,7 @@ returns:
 problem:
   shapes: [{tokens: 10, k_dim: 48, n: 40, experts: 4, top_k: 2, block_size: 16, weighted: true}, {tokens: 3, k_dim: 100, n: 20, experts: 8, top_k: 1, block_size: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
 measured: []
 ---
 The GEMM at the heart of sorted MoE, on its own: for every routed pair p = t * top_k + j listed in

@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 2, tokens: 45, q_heads: 2, v_heads: 4, key_dim: 32, value_dim: 24, chunk: 16}, {batch: 1, tokens: 70, q_heads: 1, v_heads: 1, key_dim: 64, value_dim: 64, chunk: 64}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -26,6 +26,7 @@ returns:
 problem:
   shapes: [{batch: 2, tokens: 21, q_heads: 1, v_heads: 2, key_dim: 32, value_dim: 24, chunk: 16}, {batch: 1, tokens: 9, q_heads: 1, v_heads: 1, key_dim: 16, value_dim: 16, chunk: 5}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

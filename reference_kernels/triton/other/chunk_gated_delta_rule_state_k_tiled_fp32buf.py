@@ -30,6 +30,7 @@ returns:
 problem:
   shapes: [{batch: 2, tokens: 21, k_heads: 1, v_heads: 2, key_dim: 32, value_dim: 24, chunk: 16}, {batch: 2, tokens: 9, k_heads: 1, v_heads: 1, key_dim: 16, value_dim: 16, chunk: 4, pad_slot: true}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

@@ -25,6 +25,7 @@ returns:
 problem:
   shapes: [{batch: 1, heads: 2, seqlen: 45, dk: 32, dv: 24}, {batch: 2, heads: 1, seqlen: 16, dk: 64, dv: 64}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.02
   rtol: 0.02
 measured: []

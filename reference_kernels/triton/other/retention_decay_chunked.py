@@ -27,6 +27,7 @@ returns:
 problem:
   shapes: [{batch: 1, heads: 2, seqlen: 45, dk: 32, dv: 40}, {batch: 2, heads: 3, seqlen: 16, dk: 16, dv: 16}]
   dtypes: [fp32, bf16]
+  allow_tf32: true
   atol: 0.06
   rtol: 0.03
 measured: []
