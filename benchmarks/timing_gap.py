@@ -16,7 +16,7 @@ an honest call adds to the empty kernel's gap:
 - ``side_stream``: the row kernel on a side stream that the stream never waits for (the cheat);
 - ``host_N_between``: the row kernel, N us of host work (a Python busy loop), the row kernel
   again: an honest candidate whose launcher does host work between its launches;
-- ``mla_split``: ``mla_decode_attention_split`` on atrex30's mla shape 0 (two launches, three
+- ``mla_split``: ``mla_decode_attention_split`` on atrex30's mla shape 0 (two launches, two
   allocations; 2026-12-04 the scorer gave it ``timing_mismatch`` on the H200), rotating three
   input sets placed as the scorer's worker places them.
 

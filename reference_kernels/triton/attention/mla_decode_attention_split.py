@@ -313,7 +313,7 @@ def mla_decode_attention_split(
               "PACKED": packed}  # fmt: skip
     lens = seq_lens if seq_lens is not None else q  # never read without HAS_LENS
     # fp32 workspace; slots of empty splits stay unwritten and unread
-    # one allocation (host time): accumulators first, so their base keeps its alignment
+    # one allocation; accumulators first, so their base keeps its alignment
     work = torch.empty(b * h * splits * (r + 2), dtype=torch.float32, device=q.device)
     acc_part = work[: b * h * splits * r].view(b, h, splits, r)
     m_part, l_part = work[b * h * splits * r :].view(2, b, h, splits).unbind(0)
